@@ -1,0 +1,85 @@
+"""Kubernetes naming and quantity rules, so that nothing a user wrote can inject fields into a manifest.
+
+Rules follow the Kubernetes API conventions: DNS-1123 labels and subdomains for names, qualified names for
+label keys, the label-value grammar, and the resource quantity grammar (``500m``, ``16Gi``, ``2e3``).
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+# An OCI image reference: [registry[:port]/]path[:tag][@digest]; no whitespace or control characters.
+IMAGE_REF = re.compile(
+    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]{1,2}[a-z0-9]+)*)*"
+    r"(:[\w][\w.-]{0,127})?(@[a-z0-9]+:[a-f0-9]{32,})?$",
+    re.IGNORECASE,
+)
+_QUANTITY = re.compile(r"^([+]?[0-9.]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+)?$")
+_SUFFIX = {
+    "": Decimal(1), "m": Decimal("0.001"),
+    "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
+}
+
+
+def check_dns_label(value: str, what: str = "name", max_len: int = 63) -> str:
+    if len(value) > max_len or not DNS1123_LABEL.match(value):
+        raise ValueError(
+            f"{what} {value!r} is not a valid DNS-1123 label: lower-case letters, digits and '-', "
+            f"starting and ending with a letter or digit, at most {max_len} characters"
+        )
+    return value
+
+
+def check_label_key(key: str) -> str:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
+        raise ValueError(f"label key {key!r}: prefix must be a DNS-1123 subdomain")
+    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+        raise ValueError(f"label key {key!r}: name part must be 1-63 characters of [A-Za-z0-9-_.]")
+    return key
+
+
+def check_label_value(value: str) -> str:
+    if len(value) > 63 or not _LABEL_VALUE.match(value):
+        raise ValueError(f"label value {value!r}: at most 63 characters of [A-Za-z0-9-_.], alphanumeric ends")
+    return value
+
+
+def parse_quantity(text: str | int | float) -> Decimal:
+    """Parse a Kubernetes quantity into a Decimal of base units (cores, bytes)."""
+    raw = str(text).strip()
+    match = _QUANTITY.match(raw)
+    if not match:
+        raise ValueError(f"{raw!r} is not a Kubernetes quantity (examples: 500m, 4, 16Gi, 1.5e3)")
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        value = Decimal(number)
+    except ArithmeticError as exc:  # pragma: no cover - regex already restricts the digits
+        raise ValueError(f"{raw!r} is not a number") from exc
+    if suffix[:1] in ("e", "E"):
+        return value * (Decimal(10) ** int(suffix[1:]))
+    return value * _SUFFIX[suffix]
+
+
+def millicores(text: str | int | float) -> int:
+    return int((parse_quantity(text) * 1000).to_integral_value(rounding="ROUND_CEILING"))
+
+
+def bytes_of(text: str | int | float) -> int:
+    return int(parse_quantity(text).to_integral_value(rounding="ROUND_CEILING"))
+
+
+def field_alias(name: str) -> str:
+    """snake_case -> the camelCase Kubernetes users expect, keeping unit spellings: memoryGiB, bandwidthGBps."""
+    head, *rest = name.split("_")
+    camel = head + "".join(w[:1].upper() + w[1:] for w in rest)
+    return camel.replace("Gib", "GiB").replace("Gbps", "GBps")

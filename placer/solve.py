@@ -1,0 +1,243 @@
+"""solve(problem, options) -> Placement: the only caller of placer.cpsat.
+
+The objective is lexicographic, solved in stages because one weighted sum of very different magnitudes
+proves slowly: (1) as many complete replicas as fit, (2) fewest instances outside their preferred level,
+(3) least weighted cost, with a tie-breaker (earlier domains first) folded into the last stage so equal
+optima do not flip between runs. A stage is skipped when the greedy warm start already meets its best
+possible value. Each stage is hinted with the previous answer; the greedy hint is permuted to satisfy the
+symmetry-breaking order so the solver does not spend its time repairing it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable
+
+from placer.errors import InfeasibleError
+from placer.greedy import GreedyReplica, greedy
+from placer.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
+from placer.problem import Problem
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    time_limit_s: float = 30.0
+    workers: int = 2
+    seed: int = 0
+    log: Callable[[str], None] | None = None  # solver progress lines (stderr in the CLI)
+
+
+def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement:
+    """Place as many replicas as fit (at least minReplicas) at least cost; raise InfeasibleError otherwise."""
+    from ortools.sat.python import cp_model
+
+    from placer.cpsat.model import PlacementModel
+
+    t0 = time.perf_counter()
+    start = greedy(problem)
+    t_greedy = time.perf_counter()
+    pm = PlacementModel(problem)
+    t_build = time.perf_counter()
+    model, v = pm.model, pm.vars
+    deadline = t0 + options.time_limit_s
+    _hint(pm, problem, start)
+
+    def run(stage: str) -> tuple[cp_model.CpSolver, int]:
+        solver = cp_model.CpSolver()
+        p = solver.parameters
+        p.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
+        p.num_workers = max(1, options.workers)
+        p.random_seed = options.seed
+        p.cp_model_probing_level = 0  # probing turns at-most-one rows into millions of clauses (SCALING.md)
+        if options.log is not None:
+            p.log_search_progress = True
+            p.log_to_stdout = False
+            solver.log_callback = lambda line: options.log(f"[{stage}] {line}") if line.strip() else None
+        status = solver.Solve(model)
+        return solver, status
+
+    notes: list[str] = []
+    best_n = len(start)
+    if best_n < problem.replicas:
+        model.Maximize(sum(v.placed))
+        solver, status = run("replicas")
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            raise _infeasible(problem, status == cp_model.INFEASIBLE)
+        best_n = int(round(solver.ObjectiveValue()))
+        if status != cp_model.OPTIMAL:
+            notes.append("time limit hit while maximising replicas; more might fit")
+        _rehint(model, solver, v)
+    if best_n < problem.min_replicas:
+        raise _infeasible(problem, True)
+    for k, lit in enumerate(v.placed):
+        model.Add(lit == (1 if k < best_n else 0))
+    if any(p.preferred for p in problem.pools.values()):
+        greedy_misses = sum(problem.pools[g.pool].candidates[g.candidate].preferred_miss
+                            for r in start for g in r.instances)
+        if len(start) == best_n and greedy_misses == 0:
+            model.Add(pm.misses_expr() == 0)
+        else:
+            model.ClearObjective()
+            model.Minimize(pm.misses_expr())
+            solver, status = run("preferred")
+            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                raise _infeasible(problem, status == cp_model.INFEASIBLE)
+            model.Add(pm.misses_expr() <= int(round(solver.ObjectiveValue())))
+            _rehint(model, solver, v)
+    cost = pm.cost_expr()
+    tiebreak = pm.tiebreak_expr()
+    scale = _max_tiebreak(problem) + 1
+    model.ClearObjective()
+    model.Minimize(cost * scale + tiebreak)
+    solver, status = run("cost")
+    t_solve = time.perf_counter()
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        raise _infeasible(problem, status == cp_model.INFEASIBLE)
+    objective = int(round(solver.ObjectiveValue())) // scale
+    bound = int(solver.BestObjectiveBound()) // scale
+    replicas = decode(problem, solver, pm, best_n)
+    stats = SolveStats(
+        status="optimal" if status == cp_model.OPTIMAL else "feasible",
+        objective=objective,
+        bound=bound,
+        gap=0.0 if status == cp_model.OPTIMAL else (objective - bound) / max(1, objective),
+        seconds={"greedy": t_greedy - t0, "build": t_build - t_greedy, "solve": t_solve - t_build},
+        notes=notes + ([f"placed {best_n} of {problem.replicas} replicas"] if best_n < problem.replicas else []),
+    )
+    spec = problem.spec
+    return Placement(spec.metadata.name, spec.metadata.namespace, problem.topology.name, replicas, stats)
+
+
+def _max_tiebreak(problem: Problem) -> int:
+    return sum(plan.instances * (max((c.order for c in plan.candidates), default=0) + 1)
+               for plan in problem.pools.values()) * problem.replicas
+
+
+def _rehint(model, solver, v) -> None:
+    model.ClearHints()
+    for lits in [*v.choice.values(), *v.node_of.values(), *v.container.values(), *v.router.values()]:
+        for lit in lits.values():
+            model.AddHint(lit, solver.Value(lit))
+    for var in [*v.pooled.values(), *v.placed, *v.spread.values()]:
+        model.AddHint(var, solver.Value(var))
+
+
+def _hint(pm, problem: Problem, start: list[GreedyReplica]) -> None:
+    """Hint the greedy placement, permuted into the symmetry-breaking order."""
+    v = pm.vars
+    topo = problem.topology
+    order = lambda g: problem.pools[g.pool].candidates[g.candidate].order  # noqa: E731
+    first = min(problem.pools)
+    reps = sorted(start, key=lambda r: min(order(g) for g in r.instances if g.pool == first))
+    values: dict = {}
+    pooled: dict = defaultdict(int)
+    for k, rep in enumerate(reps):
+        values[v.placed[k]] = 1
+        by_pool: dict[str, list] = defaultdict(list)
+        for g in rep.instances:
+            by_pool[g.pool].append(g)
+        for pool, items in by_pool.items():
+            plan = problem.pools[pool]
+            for i, g in enumerate(sorted(items, key=order)):
+                lits = v.choice[(k, pool, i)]
+                if g.candidate not in lits:
+                    return  # greedy used a place the model filtered out; no hint rather than a wrong one
+                values[lits[g.candidate]] = 1
+                if plan.multi_node:
+                    for n, _gpus in g.pods:
+                        values[v.node_of[(k, pool, i)][n]] = 1
+                elif plan.candidates[g.candidate].kind == "pooled":
+                    for n, gpus in g.pods:
+                        pooled[(plan.selector, n)] += len(gpus)
+        for name, j in rep.containers.items():
+            values[v.container[(k, name)][j]] = 1
+        if rep.router is not None and k in v.router:
+            values[v.router[k][rep.router]] = 1
+    for key, var in v.pooled.items():
+        values[var] = pooled.get(key, 0)
+    for lits in [*v.choice.values(), *v.node_of.values(), *v.container.values(), *v.router.values()]:
+        for lit in lits.values():
+            pm.model.AddHint(lit, values.get(lit, 0))
+    for var in [*v.pooled.values(), *v.placed]:
+        pm.model.AddHint(var, values.get(var, 0))
+    del topo
+
+
+def decode(problem: Problem, solver, pm, n_replicas: int) -> tuple[ReplicaPlacement, ...]:
+    """Turn solver values into concrete GPUs: socket-bound instances first, then whole-node ones, then
+    multi-node pods, then spanning instances deepest domain first (the laminar order that always fits)."""
+    topo = problem.topology
+    v = pm.vars
+    free = {n.index: list(n.free_gpus) for n in topo.nodes}
+    chosen: dict[tuple, tuple[int, object]] = {}
+    for key, lits in v.choice.items():
+        if key[0] >= n_replicas:
+            continue
+        ci = next(ci for ci, lit in lits.items() if solver.Value(lit))
+        chosen[key] = (ci, problem.pools[key[1]].candidates[ci])
+    pods: dict[tuple, list[tuple[int, list[int]]]] = {}
+
+    def take(node: int, count: int, socket: int | None = None) -> list[int]:
+        avail = [g for g in free[node] if socket is None or topo.nodes[node].gpu(g).socket == socket]
+        got = avail[:count]
+        assert len(got) == count, "capacity constraints guarantee enough free GPUs"
+        free[node] = [g for g in free[node] if g not in got]
+        return got
+
+    def rank(item):
+        key, (ci, cand) = item
+        kind_rank = {"unit": 0 if cand.level == "socket" else 1, "container": 2, "pooled": 3}[cand.kind]
+        return (kind_rank, -topo.domains[cand.domain].depth, cand.order, key)
+
+    supply = {key: solver.Value(p) for key, p in v.pooled.items()}
+    for key, (_ci, cand) in sorted(chosen.items(), key=rank):
+        plan = problem.pools[key[1]]
+        dom = topo.domains[cand.domain]
+        if cand.kind == "unit":
+            n = dom.nodes[0]
+            pods[key] = [(n, take(n, plan.size, dom.socket if dom.level == "socket" else None))]
+        elif cand.kind == "container":
+            g = plan.gpus_per_node or 0
+            nodes = [n for n, y in v.node_of[key].items() if solver.Value(y)]
+            pods[key] = [(n, take(n, g)) for n in sorted(nodes)]
+        else:
+            need, got = plan.size, []
+            nodes = sorted((n for n in dom.nodes if supply.get((plan.selector, n), 0) > 0),
+                           key=lambda n: (-supply[(plan.selector, n)], topo.order[topo.node_domain[n]]))
+            for n in nodes:
+                if need == 0:
+                    break
+                k = min(need, supply[(plan.selector, n)])
+                supply[(plan.selector, n)] -= k
+                need -= k
+                got.append((n, take(n, k)))
+            assert need == 0, "pooled supply constraints guarantee the draw"
+            pods[key] = sorted(got)
+    out = []
+    for k in range(n_replicas):
+        router = None
+        if k in v.router:
+            router = topo.nodes[next(n for n, r in v.router[k].items() if solver.Value(r))].name
+        instances = tuple(
+            InstancePlacement(pool, i, tuple(Pod(topo.nodes[n].name, tuple(sorted(g))) for n, g in pods[(k, pool, i)]),
+                              chosen[(k, pool, i)][1].domain)
+            for pool, plan in sorted(problem.pools.items()) for i in range(plan.instances))
+        out.append(ReplicaPlacement(k, instances, router))
+    return tuple(out)
+
+
+def _infeasible(problem: Problem, proven: bool) -> InfeasibleError:
+    from placer.conflicts import explain_infeasible
+
+    if not proven:
+        return InfeasibleError("no placement found within the time limit (not proven impossible); "
+                               "raise --time-limit", [])
+    reasons = explain_infeasible(problem)
+    return InfeasibleError("no placement satisfies every hard constraint", reasons)
+
+
+def stderr_log(line: str) -> None:
+    print(line, file=sys.stderr)
