@@ -1,0 +1,62 @@
+"""The ``placer`` command. One file per subcommand; this module registers them and owns exit codes.
+
+stdout carries only manifests / machine output; everything for people goes to stderr. Exit codes:
+0 placed, 1 infeasible (with the conflicting constraints), 2 bad input, 3 internal check failed.
+A traceback is shown only when PLACER_DEBUG is set.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from placer.cli import cluster, schema, solve, validate
+
+app = typer.Typer(
+    name="placer",
+    help="Topology-aware gang placement of LLM serving topologies on GPU clusters.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("solve")(solve.solve_command)
+app.command("validate")(validate.validate_command)
+app.command("schema")(schema.schema_command)
+app.add_typer(cluster.app, name="cluster")
+
+
+def main() -> None:
+    from placer.errors import InfeasibleError, PlacerError
+
+    try:
+        app(standalone_mode=False)
+    except InfeasibleError as exc:
+        _err(f"infeasible: {exc}")
+        for reason in exc.reasons:
+            _err(f"  - {reason}")
+        sys.exit(exc.exit_code)
+    except PlacerError as exc:
+        _err(f"error: {exc}")
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # click usage errors and anything unexpected
+        import click
+
+        if isinstance(exc, click.exceptions.Exit):
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.ClickException):
+            exc.show(file=sys.stderr)
+            sys.exit(2)
+        if isinstance(exc, click.exceptions.Abort):
+            _err("aborted")
+            sys.exit(130)
+        if os.environ.get("PLACER_DEBUG"):
+            raise
+        _err(f"internal error: {type(exc).__name__}: {exc} (set PLACER_DEBUG=1 for a traceback)")
+        sys.exit(3)
+    sys.exit(0)
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr)
