@@ -38,6 +38,11 @@ def single_rule_conflicts(problem: Problem) -> list[str]:
     for name, plan in sorted(problem.pools.items()):
         free = sum(len(topo.nodes[n].free_gpus) for n in plan.eligible)
         total_need += plan.size * plan.instances * problem.min_replicas
+        if not plan.eligible:
+            product, memory = plan.selector
+            reasons.append(f"{name}: no schedulable node has GPUs matching product={product!r}, "
+                           f"minMemoryGiB={memory}. Relax: change pools.{name}.gpu.")
+            continue
         if not plan.candidates:
             block, where = _largest_block(problem, name, plan.required)
             shape = (f"{plan.node_count} nodes with {plan.gpus_per_node} free GPUs each" if plan.multi_node

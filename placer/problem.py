@@ -247,10 +247,7 @@ def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
 def _check_pool_fits(topo: Topology, name: str, pool: Pool, eligible: frozenset[int]) -> None:
     where = f"pools.{name}"
     if not eligible:
-        sel = pool.gpu
-        raise InfeasibleError(
-            f"{where}: no node has GPUs matching product={sel.product!r}, minMemoryGiB={sel.min_memory_gib}",
-            [f"{name}: GPU selector matches no node"])
+        return  # nothing matches the selector: no candidates; explained by placer.conflicts if it matters
     biggest = max(len(topo.nodes[n].gpus) for n in eligible)
     if pool.node_count is not None:
         if pool.gpus_per_node and pool.gpus_per_node > biggest:
