@@ -1,0 +1,107 @@
+"""Manifests: schema-valid (Kubernetes OpenAPI for built-ins, the coscheduling CRD for PodGroup), node
+affinity that admits exactly the chosen node, GPU requests equal to the GPUs placed, a complete gang, and
+no way for spec values to inject fields or documents."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from placer.pipeline import run_solve
+from placer.solve import SolveOptions
+
+K8S_VERSION = "1.33"
+PODGROUP_SCHEMA = json.loads(Path("tests/data/crds/podgroup.scheduling.x-k8s.io.v1alpha1.json").read_text())
+CASES = [
+    ("llama-70b-disagg", "dgx-h100-1024"),
+    ("llama-70b-disagg", "gb200-nvl72-1008"),
+    ("aggregated-tp8", "small-mixed"),
+    ("aggregated-tp8", "dgx-h100-1024"),
+    ("tp16-multinode", "dgx-h100-1024"),
+]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=["/".join(c) for c in CASES])
+def solved(request):
+    spec, cluster = request.param
+    return run_solve(Path(f"fixtures/specs/{spec}.yaml"), Path(f"fixtures/clusters/{cluster}.yaml"),
+                     SolveOptions(time_limit_s=30))
+
+
+def test_every_document_validates(solved):
+    docs = list(yaml.safe_load_all(solved.yaml()))
+    assert docs == solved.manifests  # what is printed is what was built
+    for doc in docs:
+        if doc["kind"] == "PodGroup":
+            jsonschema.validate(doc, PODGROUP_SCHEMA)
+        else:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def _matches(term: dict, labels: dict[str, str]) -> bool:
+    for expr in term["matchExpressions"]:
+        assert expr["operator"] == "In"
+        if labels.get(expr["key"]) not in expr["values"]:
+            return False
+    return True
+
+
+def test_affinity_admits_exactly_the_chosen_node(solved):
+    topo = solved.topology
+    node_labels = {n.name: {"kubernetes.io/hostname": n.name, **n.labels} for n in topo.nodes}
+    chosen = {}
+    for rep in solved.placement.replicas:
+        for inst in rep.instances:
+            for j, pod in enumerate(inst.pods):
+                chosen[(rep.index, inst.pool, inst.index, j)] = pod
+    pods = [d for d in solved.manifests if d["kind"] == "Pod"]
+    assert len(pods) == len(chosen)
+    for doc in pods:
+        labels = doc["metadata"]["labels"]
+        key = (int(labels["placer.dev/replica"]), labels["placer.dev/pool"], int(labels["placer.dev/instance"]),
+               int(next(e["value"] for e in doc["spec"]["containers"][0]["env"] if e["name"] == "PLACER_POD_RANK")))
+        terms = doc["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        admitted = [name for name, lab in node_labels.items() if any(_matches(t, lab) for t in terms)]
+        assert admitted == [chosen[key].node]
+        gpus = doc["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+        assert int(gpus) == len(chosen[key].gpus)
+        assert doc["metadata"]["annotations"]["placer.dev/gpus"] == ",".join(map(str, chosen[key].gpus))
+
+
+def test_gang_covers_every_pod(solved):
+    groups = {d["metadata"]["name"]: d["spec"]["minMember"] for d in solved.manifests if d["kind"] == "PodGroup"}
+    members = Counter(d["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"]
+                      for d in solved.manifests if d["kind"] == "Pod")
+    assert groups == dict(members)
+    assert len(groups) == len(solved.placement.replicas)
+
+
+def test_gpu_requests_fit_free_gpus_per_node(solved):
+    topo = solved.topology
+    asked = Counter()
+    for rep in solved.placement.replicas:
+        for inst in rep.instances:
+            for pod in inst.pods:
+                asked[pod.node] += len(pod.gpus)
+    for node, count in asked.items():
+        assert count <= len(topo.node_by_name(node).free_gpus)
+
+
+def test_spec_values_cannot_inject_documents(tmp_path):
+    spec = yaml.safe_load(Path("fixtures/specs/aggregated-tp8.yaml").read_text())
+    evil = "x\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: pwned}"
+    spec["pools"]["aggregated"]["template"]["args"] = [evil]
+    spec["pools"]["aggregated"]["template"]["env"] = [{"name": "SAFE", "value": evil}]
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    result = run_solve(path, Path("fixtures/clusters/small-mixed.yaml"), SolveOptions(time_limit_s=10))
+    docs = list(yaml.safe_load_all(result.yaml()))
+    assert "Secret" not in {d["kind"] for d in docs}
+    pods = [d for d in docs if d["kind"] == "Pod"]
+    assert all(p["spec"]["containers"][0]["args"] == [evil] for p in pods)
