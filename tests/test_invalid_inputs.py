@@ -1,0 +1,134 @@
+"""Bad input, end to end: every file in tests/data/invalid/ makes the real CLI exit 2 with a message that
+names the file, the field and (where the loader can know it) the line, and never a traceback or stdout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import placer
+import placer.load
+from placer.errors import InputError
+from placer.load import load_cluster, load_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+INVALID = ROOT / "tests" / "data" / "invalid"
+GOOD_SPEC = ROOT / "fixtures" / "specs" / "aggregated-tp8.yaml"
+GOOD_CLUSTER = ROOT / "fixtures" / "clusters" / "small-mixed.yaml"
+
+_NO_FILE_NAME = (
+    "errors raised after loading (placer.topology.build_topology / placer.problem.build_problem) are "
+    "InputErrors whose message starts at the field path: they name neither the file nor the line"
+)
+_CROSS_FIELD_LINE = (
+    "ServingTopology._references messages ('transfer.to names pool ...', 'minReplicas 3 is more ...') do not "
+    "follow the 'field.path: message' form placer.load._path_from_text expects, so the line reported is the "
+    "document's first line (2), not the field's"
+)
+
+
+def _xfail(reason: str) -> pytest.MarkDecorator:
+    return pytest.mark.xfail(reason=reason, strict=True)
+
+
+# file name -> (which argument it is, line the message must give or None, fragment after "file:LINE: ")
+CASES: dict[str, tuple[str, int | None, str]] = {
+    "spec-tp-zero.yaml": ("spec", 10, "pools.aggregated.tensorParallel: Input should be greater than or equal to 1"),
+    "spec-unknown-field.yaml": ("spec", 11, "pools.aggregated.tensorParalel: unknown field"),
+    "spec-wrong-type-instances.yaml": ("spec", 9, "pools.aggregated.instances: Input should be a valid integer"),
+    "spec-nodecount-mismatch.yaml": ("spec", 8, "pools.aggregated: nodeCount x gpusPerNode = 2 x 4 = 8"),
+    "spec-unknown-pool-in-transfer.yaml": ("spec", 18, "transfer.to"),
+    "spec-router-near-unknown-pool.yaml": ("spec", 13, "router.near.pool"),
+    "spec-bad-image.yaml": ("spec", 12, "pools.aggregated.template.image: image"),
+    "spec-env-name-injection.yaml": ("spec", 14, "pools.aggregated.template.env[0].name: env name"),
+    "spec-label-injection-name.yaml": ("spec", 5, "metadata.name: metadata.name 'Llama:70B' is not a valid DNS-1123"),
+    "spec-min-replicas-above-replicas.yaml": ("spec", 13, "minReplicas"),
+    "spec-preferred-broader-than-required.yaml": ("spec", 11, "pools.aggregated.placement: preferred level 'leaf'"),
+    "spec-gpu-resource-in-template.yaml": ("spec", 14, "pools.aggregated.template.resources.limits: nvidia.com/gpu"),
+    "spec-malformed-yaml.yaml": ("spec", 9, "not valid YAML"),
+    "spec-alias-bomb.yaml": ("spec", None, "YAML anchors and aliases are not allowed"),
+    "spec-duplicate-key.yaml": ("spec", 11, "key 'tensorParallel' appears twice"),
+    "spec-wrong-kind.yaml": ("spec", 3, "kind: expected 'ServingTopology', got 'Cluster'"),
+    "spec-tp-bigger-than-any-node.yaml": ("spec", 10, "pools.aggregated.tensorParallel"),
+    "cluster-duplicate-node.yaml": ("cluster", 12, "nodes[2].name: node 'dgx-a' appears twice"),
+    "cluster-unknown-busy-gpu.yaml": ("cluster", 11, "nodes[1].busy"),
+    "cluster-unknown-class.yaml": ("cluster", 11, "nodes[1].class: 'dgx-h200' is not in nodeClasses"),
+    "cluster-domains-not-nested.yaml": ("cluster", 12, "nodes[2]"),
+    "cluster-bad-override-domain.yaml": ("cluster", 15, "overrides[1].domain"),
+    "cluster-negative-cpu.yaml": ("cluster", 9, "nodeClasses.dgx-h100.cpu: '-224' is not a Kubernetes quantity"),
+    "cluster-kv-hit-above-one.yaml": ("cluster", 16, "nodes[1].metrics.kvCacheHit"),
+}
+
+KNOWN_BUGS: dict[str, str] = {
+    "spec-unknown-pool-in-transfer.yaml": _CROSS_FIELD_LINE,
+    "spec-router-near-unknown-pool.yaml": _CROSS_FIELD_LINE,
+    "spec-min-replicas-above-replicas.yaml": _CROSS_FIELD_LINE,
+    "spec-tp-bigger-than-any-node.yaml": _NO_FILE_NAME,
+    "cluster-unknown-busy-gpu.yaml": _NO_FILE_NAME,
+    "cluster-domains-not-nested.yaml": _NO_FILE_NAME,
+    "cluster-bad-override-domain.yaml": _NO_FILE_NAME,
+}
+
+
+def placer_cmd() -> list[str]:
+    """The real CLI: ``python -m placer`` when the package has a __main__, else the console script."""
+    if (Path(placer.__file__).parent / "__main__.py").exists():
+        return [sys.executable, "-m", "placer"]
+    return [str(Path(sys.executable).parent / "placer")]
+
+
+def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PLACER_DEBUG"}
+    return subprocess.run([*placer_cmd(), *map(str, args)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_table_covers_every_file() -> None:
+    assert sorted(p.name for p in INVALID.glob("*.yaml")) == sorted(CASES)
+
+
+@pytest.mark.parametrize("command", ["solve", "validate"])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=_xfail(KNOWN_BUGS[n])) if n in KNOWN_BUGS else n for n in CASES]
+)
+def test_invalid_input_exits_2(name: str, command: str, tmp_path: Path) -> None:
+    which, line, fragment = CASES[name]
+    bad = Path("tests/data/invalid") / name  # relative to ROOT, as a user would type it
+    spec, cluster = (bad, GOOD_CLUSTER) if which == "spec" else (GOOD_SPEC, bad)
+    extra: list[str | Path] = ["--placement", tmp_path / "placement.json"] if command == "solve" else []
+    proc = run(command, spec, cluster, *extra)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert list(tmp_path.iterdir()) == []  # no placement file, no temporary left behind
+    assert str(bad) in proc.stderr, f"stderr does not name {bad}:\n{proc.stderr}"
+    expected = f"{name}:{line}: {fragment}" if line is not None else fragment
+    assert expected in proc.stderr, f"expected {expected!r} in:\n{proc.stderr}"
+
+
+@pytest.mark.parametrize("loader, path", [(load_spec, GOOD_SPEC), (load_cluster, GOOD_CLUSTER)])
+def test_size_limit(loader, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    size = path.stat().st_size
+    monkeypatch.setattr(placer.load, "MAX_BYTES", size - 1)
+    with pytest.raises(InputError) as info:
+        loader(path)
+    message = str(info.value)
+    assert str(path) in message and f"{size} bytes" in message and "input limit" in message
+    monkeypatch.setattr(placer.load, "MAX_BYTES", size)  # the limit itself is allowed
+    loader(path)
+
+
+@pytest.mark.parametrize("which", ["spec", "cluster"])
+@pytest.mark.parametrize("command", ["solve", "validate"])
+def test_missing_file(which: str, command: str, tmp_path: Path) -> None:
+    missing = tmp_path / f"no-such-{which}.yaml"
+    spec, cluster = (missing, GOOD_CLUSTER) if which == "spec" else (GOOD_SPEC, missing)
+    proc = run(command, spec, cluster)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert f"{missing}: cannot read (No such file or directory)" in proc.stderr, proc.stderr
