@@ -52,6 +52,9 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
         p.num_workers = max(1, options.workers)
         p.random_seed = options.seed
         p.cp_model_probing_level = 0  # probing turns at-most-one rows into millions of clauses (SCALING.md)
+        # The model breaks symmetry itself; CP-SAT's own symmetry pass, combined with a hint, spent 10 s
+        # of a 11 s solve on the 10k-GPU GB200 cluster (bench/NOTES.md).
+        p.symmetry_level = 0
         if options.log is not None:
             p.log_search_progress = True
             p.log_to_stdout = False
@@ -77,8 +80,8 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
     if any(p.preferred for p in problem.pools.values()):
         greedy_misses = sum(problem.pools[g.pool].candidates[g.candidate].preferred_miss
                             for r in start for g in r.instances)
-        if len(start) == best_n and greedy_misses == 0:
-            model.Add(pm.misses_expr() == 0)
+        if len(start) == best_n and greedy_misses == _forced_misses(problem, best_n):
+            model.Add(pm.misses_expr() <= greedy_misses)
         else:
             model.ClearObjective()
             model.Minimize(pm.misses_expr())
@@ -109,6 +112,12 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
     )
     spec = problem.spec
     return Placement(spec.metadata.name, spec.metadata.namespace, problem.topology.name, replicas, stats)
+
+
+def _forced_misses(problem: Problem, replicas: int) -> int:
+    """Instances that must miss their preferred level: their pool has no candidate at that level."""
+    return replicas * sum(plan.instances for plan in problem.pools.values()
+                          if plan.preferred and plan.candidates and all(c.preferred_miss for c in plan.candidates))
 
 
 def _max_tiebreak(problem: Problem) -> int:
