@@ -108,7 +108,7 @@ def format_loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
-_PATH_IN_MESSAGE = re.compile(r"^([A-Za-z][\w]*(?:\[\d+\]|\.[A-Za-z][\w]*)*):")
+_PATH_IN_MESSAGE = re.compile(r"^([A-Za-z][\w]*(?:\[\d+\]|\.[A-Za-z][\w-]*)*):")
 
 
 def _path_from_text(text: str) -> tuple[Any, ...]:
@@ -116,7 +116,7 @@ def _path_from_text(text: str) -> tuple[Any, ...]:
     if not match:
         return ()
     parts: list[Any] = []
-    for token in re.findall(r"[A-Za-z][\w]*|\[\d+\]", match.group(1)):
+    for token in re.findall(r"[A-Za-z][\w-]*|\[\d+\]", match.group(1)):
         parts.append(int(token[1:-1]) if token.startswith("[") else token)
     return tuple(parts)
 
@@ -177,3 +177,14 @@ def load_spec(path: Path) -> ServingTopology:
 
 def load_cluster(path: Path) -> ClusterSpec:
     return load_model(path, ClusterSpec)
+
+
+def locate(path: Path, error: InputError) -> InputError:
+    """Give an error raised after loading (message starting with a field path) the file and line."""
+    message = str(error)
+    try:
+        docs = parse_documents(read_text(path), str(path))
+        line = line_of(docs[0][1], _path_from_text(message)) if docs else None
+    except InputError:
+        line = None
+    return InputError(f"{path}:{line}: {message}" if line else f"{path}: {message}")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from placer.errors import VerificationError
 from placer.placement import Placement
+from placer.problem import Problem
 from placer.solve import SolveOptions
 from placer.spec import ServingTopology
 from placer.topology import Topology
@@ -50,9 +51,7 @@ def run_solve(spec_path: Path, cluster_path: Path, options: SolveOptions,
               progress: Callable[[str], None] = lambda _m: None) -> SolveResult:
     from placer.emit import build_manifests
     from placer.load import load_cluster, load_spec
-    from placer.problem import build_problem
     from placer.solve import solve
-    from placer.topology import build_topology
 
     times: dict[str, float] = {}
     t = time.perf_counter()
@@ -60,8 +59,7 @@ def run_solve(spec_path: Path, cluster_path: Path, options: SolveOptions,
     cluster = load_cluster(cluster_path)
     times["load"] = time.perf_counter() - t
     t = time.perf_counter()
-    topo = build_topology(cluster)
-    problem = build_problem(spec, topo)
+    topo, problem = build_inputs(spec_path, spec, cluster_path, cluster)
     times["model"] = time.perf_counter() - t
     free = sum(len(n.free_gpus) for n in topo.nodes)
     progress(f"cluster {topo.name}: {len(topo.nodes)} nodes, {free} free GPUs; solving {spec.metadata.name} "
@@ -98,3 +96,20 @@ def verify_placement(spec: ServingTopology, topo: Topology, placement: Placement
     if st.bound is not None and st.objective:
         st.gap = max(0.0, (st.objective - st.bound) / st.objective) if st.status != "optimal" else 0.0
     return report
+
+
+def build_inputs(spec_path: Path, spec: ServingTopology, cluster_path: Path, cluster) -> tuple[Topology, Problem]:
+    """Topology and problem; input errors found here are attributed to their file and line."""
+    from placer.errors import InputError
+    from placer.load import locate
+    from placer.problem import build_problem
+    from placer.topology import build_topology
+
+    try:
+        topo = build_topology(cluster)
+    except InputError as exc:
+        raise locate(cluster_path, exc) from None
+    try:
+        return topo, build_problem(spec, topo)
+    except InputError as exc:
+        raise locate(spec_path, exc) from None

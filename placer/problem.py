@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from placer import cost
-from placer.errors import InfeasibleError, InputError
+from placer import cost, k8s
+from placer.errors import InputError
 from placer.levels import LEVEL_RANK, LEVEL_WORDS
 from placer.spec import Pool, ServingTopology
 from placer.topology import Topology
-from placer import k8s
 
 DEFAULT_DECODE_TOKENS = 256
 

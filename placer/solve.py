@@ -13,8 +13,8 @@ from __future__ import annotations
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from placer.errors import InfeasibleError
 from placer.greedy import GreedyReplica, greedy

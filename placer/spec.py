@@ -12,8 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from placer import API_VERSION
-from placer import k8s
+from placer import API_VERSION, k8s
 from placer.k8s import field_alias
 from placer.levels import LEVEL_RANK, Level
 
@@ -264,17 +263,17 @@ class ServingTopology(_Model):
     @model_validator(mode="after")
     def _references(self) -> ServingTopology:
         if self.min_replicas is not None and self.min_replicas > self.replicas:
-            raise ValueError(f"minReplicas {self.min_replicas} is more than replicas {self.replicas}")
+            raise ValueError(f"minReplicas: {self.min_replicas} is more than replicas {self.replicas}")
         refs: list[tuple[str, str]] = []
         if self.transfer:
             refs += [("transfer.from", self.transfer.source), ("transfer.to", self.transfer.target)]
             if self.transfer.source == self.transfer.target:
-                raise ValueError("transfer.from and transfer.to name the same pool")
+                raise ValueError("transfer.to: transfer.from and transfer.to name the same pool")
         if self.router and self.router.near:
             refs.append(("router.near.pool", self.router.near.pool))
         for where, pool in refs:
             if pool not in self.pools:
-                raise ValueError(f"{where} names pool {pool!r}, but the pools are {sorted(self.pools)}")
+                raise ValueError(f"{where}: names pool {pool!r}, but the pools are {sorted(self.pools)}")
         return self
 
     def role_of(self, pool: str) -> Role:

@@ -79,10 +79,6 @@ def test_help_lists_the_commands() -> None:
     assert sub.returncode == 0 and "generate" in sub.stdout
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "placer.cli.main handles click errors with `import click`, but typer 0.29 vendors click as "
-    "typer._click and click is not installed: every usage error dies with ModuleNotFoundError, a "
-    "traceback and exit 1 (which means 'infeasible')"))
 @pytest.mark.parametrize("args", [
     ["no-such-command"],
     ["solve", str(AGG), str(SMALL), "-o", "xml"],
@@ -181,11 +177,6 @@ def test_failed_solve_writes_no_placement(spec: Path, cluster: Path, code: int, 
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "--placement into a directory that does not exist: write_atomic's FileNotFoundError is not an "
-    "InputError, so main() takes the unexpected-exception path, where `import click` fails (see "
-    "test_usage_errors_exit_2): "
-    "traceback, exit 1; even with that fixed it would be 'internal error', exit 3, not bad input"))
 def test_placement_into_missing_directory_is_bad_input(tmp_path: Path) -> None:
     target = tmp_path / "missing" / "out.json"
     proc = run("solve", AGG, SMALL, "--placement", target)

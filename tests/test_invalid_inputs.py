@@ -20,21 +20,6 @@ INVALID = ROOT / "tests" / "data" / "invalid"
 GOOD_SPEC = ROOT / "fixtures" / "specs" / "aggregated-tp8.yaml"
 GOOD_CLUSTER = ROOT / "fixtures" / "clusters" / "small-mixed.yaml"
 
-_NO_FILE_NAME = (
-    "errors raised after loading (placer.topology.build_topology / placer.problem.build_problem) are "
-    "InputErrors whose message starts at the field path: they name neither the file nor the line"
-)
-_CROSS_FIELD_LINE = (
-    "ServingTopology._references messages ('transfer.to names pool ...', 'minReplicas 3 is more ...') do not "
-    "follow the 'field.path: message' form placer.load._path_from_text expects, so the line reported is the "
-    "document's first line (2), not the field's"
-)
-
-
-def _xfail(reason: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(reason=reason, strict=True)
-
-
 # file name -> (which argument it is, line the message must give or None, fragment after "file:LINE: ")
 CASES: dict[str, tuple[str, int | None, str]] = {
     "spec-tp-zero.yaml": ("spec", 10, "pools.aggregated.tensorParallel: Input should be greater than"),
@@ -63,15 +48,6 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "cluster-kv-hit-above-one.yaml": ("cluster", 16, "nodes[1].metrics.kvCacheHit"),
 }
 
-KNOWN_BUGS: dict[str, str] = {
-    "spec-unknown-pool-in-transfer.yaml": _CROSS_FIELD_LINE,
-    "spec-router-near-unknown-pool.yaml": _CROSS_FIELD_LINE,
-    "spec-min-replicas-above-replicas.yaml": _CROSS_FIELD_LINE,
-    "spec-tp-bigger-than-any-node.yaml": _NO_FILE_NAME,
-    "cluster-unknown-busy-gpu.yaml": _NO_FILE_NAME,
-    "cluster-domains-not-nested.yaml": _NO_FILE_NAME,
-    "cluster-bad-override-domain.yaml": _NO_FILE_NAME,
-}
 
 
 def placer_cmd() -> list[str]:
@@ -93,7 +69,7 @@ def test_table_covers_every_file() -> None:
 
 @pytest.mark.parametrize("command", ["solve", "validate"])
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=_xfail(KNOWN_BUGS[n])) if n in KNOWN_BUGS else n for n in CASES]
+    "name", list(CASES)
 )
 def test_invalid_input_exits_2(name: str, command: str, tmp_path: Path) -> None:
     which, line, fragment = CASES[name]

@@ -40,15 +40,13 @@ def main() -> None:
     except PlacerError as exc:
         _err(f"error: {exc}")
         sys.exit(exc.exit_code)
-    except Exception as exc:  # click usage errors and anything unexpected
-        import click
-
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.ClickException):
-            exc.show(file=sys.stderr)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # usage errors (click, vendored by typer) and anything unexpected
+        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
+            exc.show(file=sys.stderr)  # type: ignore[attr-defined]
             sys.exit(2)
-        if isinstance(exc, click.exceptions.Abort):
+        if type(exc).__name__ == "Abort":
             _err("aborted")
             sys.exit(130)
         if os.environ.get("PLACER_DEBUG"):

@@ -30,9 +30,12 @@ def solve_command(
 
     Example: placer solve spec.yaml cluster.yaml | kubectl apply -f -
     """
+    from placer.errors import InputError
     from placer.pipeline import run_solve
     from placer.solve import SolveOptions, stderr_log
 
+    if placement is not None and not placement.parent.resolve().is_dir():
+        raise InputError(f"--placement {placement}: directory {placement.parent} does not exist")
     say = (lambda _m: None) if quiet else (lambda m: print(m, file=sys.stderr))
     t0 = time.perf_counter()
     result = run_solve(spec, cluster, SolveOptions(time_limit_s=time_limit, workers=workers,

@@ -15,12 +15,10 @@ def validate_command(
 ) -> None:
     """Validate both files and their consistency (selectors, packing levels); exit 2 on bad input."""
     from placer.load import load_cluster, load_spec
-    from placer.problem import build_problem
-    from placer.topology import build_topology
+    from placer.pipeline import build_inputs
 
     s = load_spec(spec)
-    topo = build_topology(load_cluster(cluster))
-    problem = build_problem(s, topo)
+    topo, problem = build_inputs(spec, s, cluster, load_cluster(cluster))
     free = sum(len(n.free_gpus) for n in topo.nodes)
     gpus = sum(len(n.gpus) for n in topo.nodes)
     print(f"{spec}: ServingTopology {s.metadata.name!r} is valid "
