@@ -94,8 +94,9 @@ def _best_bandwidth_anywhere(problem: Problem) -> float:
         nodes = [n for n in dom.nodes if n in src.eligible | dst.eligible]
         if dom.level in ("node", "socket") or sum(len(topo.nodes[n].free_gpus) for n in nodes) < need:
             continue
-        figs = worst_figures(topo, dom.id, nodes, memo)
-        best = max(best, cost.kv_bandwidth_gbps(figs, src.size, dst.size, topo.rails_per_node))
+        routes = [worst_figures(topo, a, nodes, memo) for a in topo.ancestors(dom.id)]
+        route = cost.best_kv_route(routes, src.size, dst.size, topo.rails_per_node)
+        best = max(best, cost.kv_bandwidth_gbps(route, src.size, dst.size, topo.rails_per_node))
     return best
 
 

@@ -102,6 +102,13 @@ def kv_transfer_us(kv_bytes: float, path: PathFigures, src_gpus: int, dst_gpus: 
     return transfer_us(kv_bytes, kv_bandwidth_gbps(path, src_gpus, dst_gpus, rails_per_node)) + path.latency_us
 
 
+def best_kv_route(routes: list[PathFigures], src_gpus: int, dst_gpus: int, rails_per_node: int) -> PathFigures:
+    """The route a KV transfer takes: the fastest among going through the narrowest common domain or any
+    domain above it (a transfer inside a PCIe node may go out through the NIC rails, as NIXL/UCX pick the
+    best transport). This keeps KV bandwidth monotone: a narrower common domain is never slower."""
+    return max(routes, key=lambda r: (kv_bandwidth_gbps(r, src_gpus, dst_gpus, rails_per_node), -r.latency_us))
+
+
 def telemetry_per_gpu_units(queue_depth: float, kv_cache_hit: float, w_queue: float, w_miss: float) -> int:
     """Cost units per GPU used on a node with these (mean) telemetry figures."""
     return to_units(w_queue * queue_depth + w_miss * (1.0 - kv_cache_hit)) if (w_queue or w_miss) else 0

@@ -282,8 +282,10 @@ def _containers(problem: Problem, pools: tuple[str, ...], extra_gpus: int, allow
         kv_us = 0.0
         if kv:
             src, dst = (problem.pools[p] for p in pools)
-            kv_us = cost.kv_transfer_us(problem.kv_bytes, figs, src.size, dst.size, topo.rails_per_node)
-            bw = cost.kv_bandwidth_gbps(figs, src.size, dst.size, topo.rails_per_node)
+            routes = [figs] + [worst_figures(topo, a, nodes, memo) for a in topo.ancestors(dom_id)[1:]]
+            route = cost.best_kv_route(routes, src.size, dst.size, topo.rails_per_node)
+            kv_us = cost.kv_transfer_us(problem.kv_bytes, route, src.size, dst.size, topo.rails_per_node)
+            bw = cost.kv_bandwidth_gbps(route, src.size, dst.size, topo.rails_per_node)
             if not allowed(dom, bw):
                 continue
         elif not allowed(dom, None):

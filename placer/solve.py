@@ -2,8 +2,8 @@
 
 The objective is lexicographic, solved in stages because one weighted sum of very different magnitudes
 proves slowly: (1) as many complete replicas as fit, (2) fewest instances outside their preferred level,
-(3) least weighted cost, with a tie-breaker (earlier domains first) folded into the last stage so equal
-optima do not flip between runs. A stage is skipped when the greedy warm start already meets its best
+(3) least weighted cost, then (4) among equal optima, a canonical one (earlier domains first), found by a
+single-threaded search so that the answer does not depend on which worker won. A stage is skipped when the greedy warm start already meets its best
 possible value. Each stage is hinted with the previous answer; the greedy hint is permuted to satisfy the
 symmetry-breaking order so the solver does not spend its time repairing it.
 """
@@ -20,6 +20,9 @@ from placer.errors import InfeasibleError
 from placer.greedy import GreedyReplica, greedy
 from placer.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
 from placer.problem import Problem
+
+
+CANONICAL_DTIME = 1.0  # CP-SAT deterministic-time units (roughly seconds) for choosing among equal optima
 
 
 @dataclass(frozen=True)
@@ -45,11 +48,13 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
     deadline = t0 + options.time_limit_s
     _hint(pm, problem, start)
 
-    def run(stage: str) -> tuple[cp_model.CpSolver, int]:
+    def run(stage: str, workers: int | None = None, dtime: float | None = None) -> tuple[cp_model.CpSolver, int]:
         solver = cp_model.CpSolver()
         p = solver.parameters
         p.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
-        p.num_workers = max(1, options.workers)
+        if dtime is not None:
+            p.max_deterministic_time = dtime
+        p.num_workers = workers or max(1, options.workers)
         p.random_seed = options.seed
         p.cp_model_probing_level = 0  # probing turns at-most-one rows into millions of clauses (SCALING.md)
         # The model breaks symmetry itself; CP-SAT's own symmetry pass, combined with a hint, spent 10 s
@@ -91,16 +96,24 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
             model.Add(pm.misses_expr() <= int(round(solver.ObjectiveValue())))
             _rehint(model, solver, v)
     cost = pm.cost_expr()
-    tiebreak = pm.tiebreak_expr()
-    scale = _max_tiebreak(problem) + 1
     model.ClearObjective()
-    model.Minimize(cost * scale + tiebreak)
+    model.Minimize(cost)
     solver, status = run("cost")
-    t_solve = time.perf_counter()
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise _infeasible(problem, status == cp_model.INFEASIBLE)
-    objective = int(round(solver.ObjectiveValue())) // scale
-    bound = int(solver.BestObjectiveBound()) // scale
+    objective = int(round(solver.ObjectiveValue()))
+    bound = int(solver.BestObjectiveBound())
+    if status == cp_model.OPTIMAL:
+        # Equal optima may differ between runs with several workers: pick one canonically, single-threaded.
+        _rehint(model, solver, v)
+        model.Add(cost == objective)
+        model.ClearObjective()
+        model.Minimize(pm.tiebreak_expr())
+        # A deterministic-time budget (not wall time) keeps the result reproducible however loaded the machine.
+        canon, canon_status = run("canonical", workers=1, dtime=CANONICAL_DTIME)
+        if canon_status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            solver = canon
+    t_solve = time.perf_counter()
     replicas = decode(problem, solver, pm, best_n)
     stats = SolveStats(
         status="optimal" if status == cp_model.OPTIMAL else "feasible",
@@ -118,11 +131,6 @@ def _forced_misses(problem: Problem, replicas: int) -> int:
     """Instances that must miss their preferred level: their pool has no candidate at that level."""
     return replicas * sum(plan.instances for plan in problem.pools.values()
                           if plan.preferred and plan.candidates and all(c.preferred_miss for c in plan.candidates))
-
-
-def _max_tiebreak(problem: Problem) -> int:
-    return sum(plan.instances * (max((c.order for c in plan.candidates), default=0) + 1)
-               for plan in problem.pools.values()) * problem.replicas
 
 
 def _rehint(model, solver, v) -> None:

@@ -79,6 +79,21 @@ def steiner_figures(topo: Topology, gpus: list[tuple[int, int]]) -> cost.PathFig
     return cost.PathFigures(bw, lat, topo.domains[top].level)
 
 
+def kv_route(topo: Topology, gpus: list[tuple[int, int]], src: int, dst: int) -> cost.PathFigures:
+    """The KV path between two instances: through their narrowest common domain or any domain above it,
+    whichever is fastest (cost.best_kv_route)."""
+    base = steiner_figures(topo, gpus)
+    top = topo.lowest_common(sorted({topo.gpu_domain(n, g) for n, g in gpus}))
+    routes, bw, lat = [base], base.bandwidth_gbps, base.latency_us
+    for a in topo.ancestors(top)[1:]:
+        # Going up to ``a`` adds the edges from the common domain up to it.
+        below = next(d for d in topo.ancestors(top) if topo.domains[d].parent == a)
+        up_bw, up_lat = topo.domains[below].up
+        bw, lat = min(bw, up_bw), max(lat, up_lat)
+        routes.append(cost.PathFigures(bw, lat, topo.domains[a].level))
+    return cost.best_kv_route(routes, src, dst, topo.rails_per_node)
+
+
 def _gpus_of(topo: Topology, inst: InstancePlacement) -> list[tuple[int, int]]:
     return [(topo.node_by_name(p.node).index, g) for p in inst.pods for g in p.gpus]
 
@@ -218,7 +233,7 @@ def _check_transfer(spec: ServingTopology, topo: Topology, pl: Placement, r: Rep
         for a in src:
             for b in dst:
                 ga, gb = _gpus_of(topo, a), _gpus_of(topo, b)
-                figs = steiner_figures(topo, ga + gb)
+                figs = kv_route(topo, ga + gb, len(ga), len(gb))
                 bw = cost.kv_bandwidth_gbps(figs, len(ga), len(gb), topo.rails_per_node)
                 us = cost.kv_transfer_us(kv_bytes, figs, len(ga), len(gb), topo.rails_per_node)
                 t = spec.transfer
