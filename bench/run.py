@@ -47,7 +47,11 @@ def run_one(spec: Path, cluster: Path) -> dict:
     import json
 
     if proc.returncode != 0:
-        return {"status": "crash: " + proc.stderr.strip().splitlines()[-1], "wall": time.perf_counter() - t, "seconds": {}}
+        return {
+            "status": "crash: " + proc.stderr.strip().splitlines()[-1],
+            "wall": time.perf_counter() - t,
+            "seconds": {},
+        }
     return json.loads(proc.stdout)
 
 
@@ -61,17 +65,21 @@ def main() -> None:
             for spec in SPECS:
                 res = run_one(ROOT / f"fixtures/specs/{spec}.yaml", cpath)
                 s = res.get("seconds", {})
-                row = (f"| {cname} | {spec} | {res['status']} | {res.get('objective', '-')} | {res.get('bound', '-')} | "
-                       f"{s.get('load', 0):.2f} | {s.get('model', 0) + s.get('build', 0) + s.get('greedy', 0):.2f} | "
-                       f"{s.get('solve', 0):.2f} | {s.get('verify', 0):.2f} | {res['wall']:.2f} | "
-                       f"{res.get('rss_mb', 0):.0f} |")
+                row = (
+                    f"| {cname} | {spec} | {res['status']} | {res.get('objective', '-')} | {res.get('bound', '-')} | "
+                    f"{s.get('load', 0):.2f} | {s.get('model', 0) + s.get('build', 0) + s.get('greedy', 0):.2f} | "
+                    f"{s.get('solve', 0):.2f} | {s.get('verify', 0):.2f} | {res['wall']:.2f} | "
+                    f"{res.get('rss_mb', 0):.0f} |"
+                )
                 print(row, file=sys.stderr)
                 rows.append(row)
     cpu = platform.processor() or platform.machine()
-    print(f"# Benchmark results\n\nMachine: {cpu}, {__import__('os').cpu_count()} cores, Python "
-          f"{platform.python_version()}; `python bench/run.py --seeds {args.seeds}`. Times in seconds; "
-          "'build' = topology + candidates + greedy + CP-SAT model; 'solve' = all CP-SAT stages; 'wall' = the "
-          "whole process including imports; RSS in MB. Objective and bound in cost units (0.01 us).\n")
+    print(
+        f"# Benchmark results\n\nMachine: {cpu}, {__import__('os').cpu_count()} cores, Python "
+        f"{platform.python_version()}; `python bench/run.py --seeds {args.seeds}`. Times in seconds; "
+        "'build' = topology + candidates + greedy + CP-SAT model; 'solve' = all CP-SAT stages; 'wall' = the "
+        "whole process including imports; RSS in MB. Objective and bound in cost units (0.01 us).\n"
+    )
     print("| cluster | spec | status | objective | bound | load | build | solve | verify | wall | RSS |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))

@@ -38,7 +38,9 @@ class Network(_Model):
 
 
 class Spine(_Model):
-    oversubscription: float = Field(default=1.0, ge=1, le=64, description="Leaf uplink oversubscription, e.g. 2 for 2:1.")
+    oversubscription: float = Field(
+        default=1.0, ge=1, le=64, description="Leaf uplink oversubscription, e.g. 2 for 2:1."
+    )
     latency_us: float = Field(default=5.0, ge=0, le=100_000)
 
 

@@ -40,30 +40,48 @@ def single_rule_conflicts(problem: Problem) -> list[str]:
         total_need += plan.size * plan.instances * problem.min_replicas
         if not plan.eligible:
             product, memory = plan.selector
-            reasons.append(f"{name}: no schedulable node has GPUs matching product={product!r}, "
-                           f"minMemoryGiB={memory}. Relax: change pools.{name}.gpu.")
+            reasons.append(
+                f"{name}: no schedulable node has GPUs matching product={product!r}, "
+                f"minMemoryGiB={memory}. Relax: change pools.{name}.gpu."
+            )
             continue
         if not plan.candidates:
             block, where = _largest_block(problem, name, plan.required)
-            shape = (f"{plan.node_count} nodes with {plan.gpus_per_node} free GPUs each" if plan.multi_node
-                     else f"{plan.size} GPUs")
+            shape = (
+                f"{plan.node_count} nodes with {plan.gpus_per_node} free GPUs each"
+                if plan.multi_node
+                else f"{plan.size} GPUs"
+            )
             reasons.append(
                 f"{name} needs {shape} inside {LEVEL_WORDS[plan.required]} per instance; "
                 f"the largest free block in any such domain is {block} GPUs ({where}). "
-                f"Relax: allow a broader placement.required level, or free GPUs in {where}.")
+                f"Relax: allow a broader placement.required level, or free GPUs in {where}."
+            )
         need = plan.size * plan.instances * problem.min_replicas
         if need > free:
             reasons.append(
                 f"{name} needs {need} GPUs for {problem.min_replicas} replica(s); only {free} matching GPUs are free "
-                f"in the whole cluster. Relax: lower minReplicas or instances, or free {need - free} GPUs.")
+                f"in the whole cluster. Relax: lower minReplicas or instances, or free {need - free} GPUs."
+            )
+    union = frozenset().union(*(plan.eligible for plan in problem.pools.values()))
+    free_any = sum(len(topo.nodes[n].free_gpus) for n in union)
+    if len(problem.pools) > 1 and total_need > free_any:
+        reasons.append(
+            f"{problem.min_replicas} replica(s) need {total_need} GPUs across all pools; only {free_any} matching "
+            f"GPUs are free. Relax: lower minReplicas or instances, or free {total_need - free_any} GPUs."
+        )
     for coloc in problem.colocations:
         if not coloc.containers:
             need = sum(problem.pools[p].size * problem.pools[p].instances for p in coloc.pools)
-            reasons.append(f"{coloc.rule}: no single domain has the {need} free GPUs that requires. "
-                           + _relax_hint(problem, coloc.name))
+            reasons.append(
+                f"{coloc.rule}: no single domain has the {need} free GPUs that requires. "
+                + _relax_hint(problem, coloc.name)
+            )
     if problem.has_router and not problem.router_nodes:
-        reasons.append(f"the router needs {problem.router_cpu_m}m CPU and {problem.router_memory_bytes} bytes of "
-                       "memory on one node; no node has that much free")
+        reasons.append(
+            f"the router needs {problem.router_cpu_m}m CPU and {problem.router_memory_bytes} bytes of "
+            "memory on one node; no node has that much free"
+        )
     return reasons
 
 
@@ -72,8 +90,12 @@ def _relax_hint(problem: Problem, name: str) -> str:
         t = problem.spec.transfer
         if t is not None and t.min_bandwidth_gbps:
             best = _best_bandwidth_anywhere(problem)
-            return (f"Relax: lower transfer.minBandwidthGBps to {best:g} (what the best domain with room offers), "
-                    "or free GPUs in one domain.")
+            if best <= 0:
+                return "Relax: free GPUs so that one domain can hold a whole replica's pools."
+            return (
+                f"Relax: lower transfer.minBandwidthGBps to {best:g} (what the best domain with room offers), "
+                "or free GPUs in one domain."
+            )
         return "Relax: allow a broader transfer.maxLevel."
     return "Relax: a broader router.near.level."
 
@@ -136,7 +158,7 @@ def _feasible(problem: Problem) -> bool:
     solver.parameters.max_time_in_seconds = 10
     solver.parameters.num_workers = 2
     solver.parameters.cp_model_probing_level = 0
-    return solver.Solve(pm.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    return solver.solve(pm.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
 def _present(problem: Problem) -> list[str]:
@@ -158,15 +180,18 @@ def deletion_filter(problem: Problem) -> list[str]:
     keep it dropped when the rest is still infeasible)."""
     present = _present(problem)
     if _feasible(_relaxed(problem, set(present))) is False:
-        return ["the pools' GPU needs cannot be packed together on the free GPUs at their required levels "
-                "(each pool fits on its own, but not all of them at once)"]
+        return [
+            "the pools' GPU needs cannot be packed together on the free GPUs at their required levels "
+            "(each pool fits on its own, but not all of them at once)"
+        ]
     needed = list(present)
     for rule in present:
         keep = [r for r in needed if r != rule]
         if not _feasible(_relaxed(problem, set(present) - set(keep))):
             needed = keep
     return [_describe(problem, rule) for rule in needed] + [
-        "these rules cannot all hold together; dropping any one of them makes a placement possible"]
+        "these rules cannot all hold together; dropping any one of them makes a placement possible"
+    ]
 
 
 def _describe(problem: Problem, rule: str) -> str:

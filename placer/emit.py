@@ -66,12 +66,14 @@ def build_manifests(spec: ServingTopology, topo: Topology, placement: Placement,
     for rep in placement.replicas:
         group = f"{name}-r{rep.index}"
         members = sum(len(i.pods) for i in rep.instances)
-        docs.append({
-            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-            "kind": "PodGroup",
-            "metadata": {"name": group, "namespace": ns, "labels": _labels(spec, rep.index, "gang")},
-            "spec": {"minMember": members, "scheduleTimeoutSeconds": spec.scheduling.schedule_timeout_seconds},
-        })
+        docs.append(
+            {
+                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {"name": group, "namespace": ns, "labels": _labels(spec, rep.index, "gang")},
+                "spec": {"minMember": members, "scheduleTimeoutSeconds": spec.scheduling.schedule_timeout_seconds},
+            }
+        )
         for inst in rep.instances:
             pool = spec.pools[inst.pool]
             c = costs[(rep.index, inst.pool, inst.index)]
@@ -83,7 +85,9 @@ def build_manifests(spec: ServingTopology, topo: Topology, placement: Placement,
                     "placer.dev/instance-gpus": ";".join(f"{p.node}:{','.join(map(str, p.gpus))}" for p in inst.pods),
                     "placer.dev/domain": c.domain,
                     "placer.dev/allreduce-us-per-forward-pass": _fmt_us(c.allreduce_us),
-                    "placer.dev/bottleneck-gbps": f"{c.ring.bandwidth_gbps:g}" if c.ring.bandwidth_gbps != float("inf") else "none",
+                    "placer.dev/bottleneck-gbps": f"{c.ring.bandwidth_gbps:g}"
+                    if c.ring.bandwidth_gbps != float("inf")
+                    else "none",
                 }
                 if kv[rep.index].kv_path is not None:
                     annotations["placer.dev/kv-transfer-us"] = _fmt_us(kv[rep.index].kv_us)
@@ -95,26 +99,36 @@ def build_manifests(spec: ServingTopology, topo: Topology, placement: Placement,
                     {"name": "PLACER_POD_RANK", "value": str(j)},
                     {"name": "PLACER_INSTANCE_PODS", "value": str(len(inst.pods))},
                 ]
-                container: dict[str, Any] = {"name": "engine", "image": t.image, "env": env,
-                                             "resources": {"requests": requests, "limits": limits}}
+                container: dict[str, Any] = {
+                    "name": "engine",
+                    "image": t.image,
+                    "env": env,
+                    "resources": {"requests": requests, "limits": limits},
+                }
                 if t.command:
                     container["command"] = list(t.command)
                 if t.args:
                     container["args"] = list(t.args)
                 if t.ports:
                     container["ports"] = [{"name": p.name, "containerPort": p.container_port} for p in t.ports]
-                docs.append({
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": pod_name(spec, rep.index, inst, j), "namespace": ns, "labels": labels,
-                                 "annotations": annotations},
-                    "spec": {
-                        "schedulerName": spec.scheduling.scheduler_name,
-                        "restartPolicy": "Always",
-                        "affinity": _affinity(_hostname(topo, pod.node)),
-                        "containers": [container],
-                    },
-                })
+                docs.append(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {
+                            "name": pod_name(spec, rep.index, inst, j),
+                            "namespace": ns,
+                            "labels": labels,
+                            "annotations": annotations,
+                        },
+                        "spec": {
+                            "schedulerName": spec.scheduling.scheduler_name,
+                            "restartPolicy": "Always",
+                            "affinity": _affinity(_hostname(topo, pod.node)),
+                            "containers": [container],
+                        },
+                    }
+                )
         if spec.router is not None and rep.router is not None:
             docs += _router(spec, topo, rep.index, rep.router)
     return docs
@@ -125,10 +139,13 @@ def _router(spec: ServingTopology, topo: Topology, replica: int, node: str) -> l
     assert router is not None
     name = f"{spec.metadata.name}-r{replica}-router"
     labels = _labels(spec, replica, "router")
-    selector = {"app.kubernetes.io/instance": labels["app.kubernetes.io/instance"],
-                "app.kubernetes.io/component": "router"}
+    selector = {
+        "app.kubernetes.io/instance": labels["app.kubernetes.io/instance"],
+        "app.kubernetes.io/component": "router",
+    }
     container: dict[str, Any] = {
-        "name": "router", "image": router.image,
+        "name": "router",
+        "image": router.image,
         "ports": [{"name": "http", "containerPort": router.port}],
         "resources": {"requests": {"cpu": router.cpu, "memory": router.memory}},
     }

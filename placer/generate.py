@@ -186,12 +186,8 @@ class _Dumper(yaml.SafeDumper):
         return True  # placer's loader refuses anchors and aliases
 
 
-_Dumper.add_representer(
-    _FlowMap, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v, flow_style=True)
-)
-_Dumper.add_representer(
-    _FlowSeq, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True)
-)
+_Dumper.add_representer(_FlowMap, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v, flow_style=True))
+_Dumper.add_representer(_FlowSeq, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
 
 
 def _styled(value: Any, list_item: bool = False) -> Any:

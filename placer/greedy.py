@@ -43,8 +43,12 @@ class _State:
 
 def greedy(problem: Problem) -> list[GreedyReplica]:
     topo = problem.topology
-    state = _State({n.index: list(n.free_gpus) for n in topo.nodes}, {n.index: n.cpu_free_m for n in topo.nodes},
-                   {n.index: n.memory_free_bytes for n in topo.nodes}, set())
+    state = _State(
+        {n.index: list(n.free_gpus) for n in topo.nodes},
+        {n.index: n.cpu_free_m for n in topo.nodes},
+        {n.index: n.memory_free_bytes for n in topo.nodes},
+        set(),
+    )
     out: list[GreedyReplica] = []
     for _ in range(problem.replicas):
         placed = _place_replica(problem, state)
@@ -58,7 +62,8 @@ def greedy(problem: Problem) -> list[GreedyReplica]:
 def _place_replica(problem: Problem, state: _State) -> tuple[_State, GreedyReplica] | None:
     colocs = problem.colocations
     choices: list[list[tuple[int, Container]]] = [
-        sorted(enumerate(c.containers), key=lambda ic: (ic[1].units, ic[1].order)) for c in colocs]
+        sorted(enumerate(c.containers), key=lambda ic: (ic[1].units, ic[1].order)) for c in colocs
+    ]
     for combo in _combinations(problem, choices):
         trial = state.copy()
         replica = _try(problem, trial, combo)
@@ -141,8 +146,11 @@ def _place_instance(problem: Problem, state: _State, pool: PoolPlan, combo: dict
         nodes = [n for n in dom.nodes if n in pool.eligible]
         if pool.multi_node:
             g = pool.gpus_per_node or 0
-            fit = [n for n in nodes if len(state.free[n]) >= g and state.cpu[n] >= pool.cpu_m
-                   and state.mem[n] >= pool.memory_bytes]
+            fit = [
+                n
+                for n in nodes
+                if len(state.free[n]) >= g and state.cpu[n] >= pool.cpu_m and state.mem[n] >= pool.memory_bytes
+            ]
             if len(fit) < (pool.node_count or 0):
                 continue
             left = sum(len(state.free[n]) for n in fit)
@@ -185,8 +193,14 @@ def _take(problem: Problem, state: _State, pool: PoolPlan, cand: Candidate) -> l
             pods.append((n, _grab(state, n, state.free[n][:g], pool)))
         return pods
     need = pool.size
-    order = sorted(nodes, key=lambda n: (problem.telemetry_units[n], -len(_free_of(topo, state, n, dom)),
-                                         topo.order[topo.node_domain[n]]))
+    order = sorted(
+        nodes,
+        key=lambda n: (
+            problem.telemetry_units[n],
+            -len(_free_of(topo, state, n, dom)),
+            topo.order[topo.node_domain[n]],
+        ),
+    )
     for n in order:
         avail = _free_of(topo, state, n, dom)
         if not avail or need == 0:

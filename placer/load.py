@@ -89,7 +89,9 @@ def line_of(root: yaml.Node, path: tuple[Any, ...]) -> int | None:
     node, line = root, root.start_mark.line + 1
     for part in path:
         if isinstance(node, yaml.MappingNode):
-            match = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(part)), None)
+            match = next(
+                ((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(part)), None
+            )
             if match is None:
                 return line
             node, line = match[1], match[0].start_mark.line + 1
@@ -127,7 +129,7 @@ def validation_message(exc: ValidationError, source: str, root: yaml.Node) -> st
     for err in exc.errors(include_url=False)[:10]:
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "list[", "dict["))))
         # pydantic reports union members as extra loc parts (e.g. 'GpuGroup'): drop class-like names.
-        loc = tuple(p for p in loc if not (isinstance(p, str) and p[:1].isupper() and p not in ("", )))
+        loc = tuple(p for p in loc if not (isinstance(p, str) and p[:1].isupper() and p not in ("",)))
         msg = err["msg"].removeprefix("Value error, ")
         path = loc or _path_from_text(msg)
         line = line_of(root, path)

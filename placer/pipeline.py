@@ -40,15 +40,18 @@ class SolveResult:
         st = self.placement.stats
         gap = "" if st.gap in (None, 0.0) else f", gap {st.gap:.2%}"
         gpus = sum(len(p.gpus) for r in self.placement.replicas for i in r.instances for p in i.pods)
-        lines = [f"placed {len(self.placement.replicas)}/{self.spec.replicas} replica(s), {gpus} GPUs, "
-                 f"{len(self.manifests)} objects; {st.status}, cost {st.objective} units (bound {st.bound}{gap}) "
-                 f"in {wall_s:.2f}s"]
+        lines = [
+            f"placed {len(self.placement.replicas)}/{self.spec.replicas} replica(s), {gpus} GPUs, "
+            f"{len(self.manifests)} objects; {st.status}, cost {st.objective} units (bound {st.bound}{gap}) "
+            f"in {wall_s:.2f}s"
+        ]
         lines += [f"note: {n}" for n in st.notes]
         return "\n".join(lines)
 
 
-def run_solve(spec_path: Path, cluster_path: Path, options: SolveOptions,
-              progress: Callable[[str], None] = lambda _m: None) -> SolveResult:
+def run_solve(
+    spec_path: Path, cluster_path: Path, options: SolveOptions, progress: Callable[[str], None] = lambda _m: None
+) -> SolveResult:
     from placer.emit import build_manifests
     from placer.load import load_cluster, load_spec
     from placer.solve import solve
@@ -62,8 +65,10 @@ def run_solve(spec_path: Path, cluster_path: Path, options: SolveOptions,
     topo, problem = build_inputs(spec_path, spec, cluster_path, cluster)
     times["model"] = time.perf_counter() - t
     free = sum(len(n.free_gpus) for n in topo.nodes)
-    progress(f"cluster {topo.name}: {len(topo.nodes)} nodes, {free} free GPUs; solving {spec.metadata.name} "
-             f"({sum(p.instances for p in spec.pools.values())} instances x {spec.replicas} replica(s))...")
+    progress(
+        f"cluster {topo.name}: {len(topo.nodes)} nodes, {free} free GPUs; solving {spec.metadata.name} "
+        f"({sum(p.instances for p in spec.pools.values())} instances x {spec.replicas} replica(s))..."
+    )
     t = time.perf_counter()
     placement = solve(problem, options)
     times["solve"] = time.perf_counter() - t
@@ -84,12 +89,16 @@ def verify_placement(spec: ServingTopology, topo: Topology, placement: Placement
 
     report = check(spec, topo, placement)
     if not report.ok:
-        raise VerificationError("the independent checker rejected the placement (a bug in placer; nothing was "
-                                "printed):\n  " + "\n  ".join(report.violations[:20]))
+        raise VerificationError(
+            "the independent checker rejected the placement (a bug in placer; nothing was "
+            "printed):\n  " + "\n  ".join(report.violations[:20])
+        )
     st = placement.stats
     if st.objective is not None and st.objective != report.total_units:
-        st.notes.append(f"solver cost model {st.objective} units, checker {report.total_units} units "
-                        "(domain holds unlike nodes); optimality not claimed")
+        st.notes.append(
+            f"solver cost model {st.objective} units, checker {report.total_units} units "
+            "(domain holds unlike nodes); optimality not claimed"
+        )
         if st.status == "optimal":
             st.status = "feasible"
     st.objective = report.total_units

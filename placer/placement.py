@@ -63,8 +63,12 @@ class Placement:
                     "index": r.index,
                     "router": r.router,
                     "instances": [
-                        {"pool": i.pool, "index": i.index, "domain": i.domain,
-                         "pods": [{"node": p.node, "gpus": list(p.gpus)} for p in i.pods]}
+                        {
+                            "pool": i.pool,
+                            "index": i.index,
+                            "domain": i.domain,
+                            "pods": [{"node": p.node, "gpus": list(p.gpus)} for p in i.pods],
+                        }
                         for i in r.instances
                     ],
                 }
@@ -81,14 +85,26 @@ class Placement:
             cluster=data["cluster"],
             replicas=tuple(
                 ReplicaPlacement(
-                    index=r["index"], router=r.get("router"),
+                    index=r["index"],
+                    router=r.get("router"),
                     instances=tuple(
-                        InstancePlacement(i["pool"], i["index"], tuple(Pod(p["node"], tuple(p["gpus"])) for p in i["pods"]),
-                                          i["domain"])
-                        for i in r["instances"]),
+                        InstancePlacement(
+                            i["pool"],
+                            i["index"],
+                            tuple(Pod(p["node"], tuple(p["gpus"])) for p in i["pods"]),
+                            i["domain"],
+                        )
+                        for i in r["instances"]
+                    ),
                 )
                 for r in data["replicas"]
             ),
-            stats=SolveStats(status=st["status"], objective=st.get("objective"), bound=st.get("bound"),
-                             gap=st.get("gap"), solver=st.get("solver", "cp-sat"), notes=list(st.get("notes", []))),
+            stats=SolveStats(
+                status=st["status"],
+                objective=st.get("objective"),
+                bound=st.get("bound"),
+                gap=st.get("gap"),
+                solver=st.get("solver", "cp-sat"),
+                notes=list(st.get("notes", [])),
+            ),
         )

@@ -146,11 +146,14 @@ def worst_figures(topo: Topology, domain: str, nodes: list[int], memo: dict) -> 
     return cost.PathFigures(bw, lat, topo.domains[domain].level)
 
 
-def _pool_candidates(topo: Topology, spec: ServingTopology, name: str, pool: Pool, eligible: frozenset[int],
-                     memo: dict) -> tuple[Candidate, ...]:
+def _pool_candidates(
+    topo: Topology, spec: ServingTopology, name: str, pool: Pool, eligible: frozenset[int], memo: dict
+) -> tuple[Candidate, ...]:
     size = pool.gpus_per_instance
     required_rank = LEVEL_RANK[pool.placement.required]
-    tokens = pool.tokens_in_flight or (spec.workload.prompt_tokens if spec.role_of(name) == "prefill" else DEFAULT_DECODE_TOKENS)
+    tokens = pool.tokens_in_flight or (
+        spec.workload.prompt_tokens if spec.role_of(name) == "prefill" else DEFAULT_DECODE_TOKENS
+    )
     msg = cost.activation_bytes(spec.model.hidden_size, tokens, spec.model.bytes_per_element)
     weight = spec.objective.all_reduce
     out = []
@@ -168,8 +171,9 @@ def _pool_candidates(topo: Topology, spec: ServingTopology, name: str, pool: Poo
             if dom.level in ("node", "socket") or len(fit) < pool.node_count:
                 continue
             node_figs = [worst_figures(topo, topo.node_domain[n], [n], memo) for n in fit]
-            stage_ring = cost.PathFigures(min(f.bandwidth_gbps for f in node_figs),
-                                          max(f.latency_us for f in node_figs), "node")
+            stage_ring = cost.PathFigures(
+                min(f.bandwidth_gbps for f in node_figs), max(f.latency_us for f in node_figs), "node"
+            )
             span = worst_figures(topo, dom_id, fit, memo)
             ring = stage_ring if pool.tensor_parallel <= g else span
             kind = "container"
@@ -177,12 +181,16 @@ def _pool_candidates(topo: Topology, spec: ServingTopology, name: str, pool: Poo
             free = sum(_free_in(topo, n, dom) for n in nodes)
             if free < size:
                 continue
-            span = worst_figures(topo, dom_id, nodes, memo) if dom.level not in ("node", "socket") else \
-                _unit_figures(topo, dom_id, nodes[0], memo)
+            span = (
+                worst_figures(topo, dom_id, nodes, memo)
+                if dom.level not in ("node", "socket")
+                else _unit_figures(topo, dom_id, nodes[0], memo)
+            )
             ring = span
             kind = "unit" if dom.level in ("node", "socket") else "pooled"
-        us = cost.forward_pass_allreduce_us(spec.model.layers, pool.tensor_parallel, [ring] * pool.pipeline_parallel,
-                                            msg, span)
+        us = cost.forward_pass_allreduce_us(
+            spec.model.layers, pool.tensor_parallel, [ring] * pool.pipeline_parallel, msg, span
+        )
         miss = pool.placement.preferred is not None and LEVEL_RANK[dom.level] > LEVEL_RANK[pool.placement.preferred]
         out.append(Candidate(dom_id, kind, dom.level, us, cost.to_units(weight * us), miss, topo.order[dom_id]))
     return tuple(out)
@@ -195,8 +203,11 @@ def _unit_figures(topo: Topology, dom_id: str, node: int, memo: dict) -> cost.Pa
     if dom.level == "node" and dom.children:
         return worst_figures(topo, dom_id, [node], memo)
     n = topo.nodes[node]
-    e = topo.graph.edges[topo.gpu_vertex(node, n.gpus[0].index), dom_id] if dom.level == "node" else \
-        topo.graph.edges[topo.gpu_vertex(node, next(g.index for g in n.gpus if g.socket == dom.socket)), dom_id]
+    e = (
+        topo.graph.edges[topo.gpu_vertex(node, n.gpus[0].index), dom_id]
+        if dom.level == "node"
+        else topo.graph.edges[topo.gpu_vertex(node, next(g.index for g in n.gpus if g.socket == dom.socket)), dom_id]
+    )
     return cost.PathFigures(e["bandwidth_gbps"], e["latency_us"], dom.level)
 
 
@@ -216,27 +227,45 @@ def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
         eligible = eligible_nodes(topo, pool)
         _check_pool_fits(topo, name, pool, eligible)
         cands = _pool_candidates(topo, spec, name, pool, eligible, memo)
-        tokens = pool.tokens_in_flight or (spec.workload.prompt_tokens if spec.role_of(name) == "prefill" else DEFAULT_DECODE_TOKENS)
+        tokens = pool.tokens_in_flight or (
+            spec.workload.prompt_tokens if spec.role_of(name) == "prefill" else DEFAULT_DECODE_TOKENS
+        )
         reqs = pool.template.resources.requests
         pools[name] = PoolPlan(
-            name=name, role=spec.role_of(name), tensor_parallel=pool.tensor_parallel,
-            pipeline_parallel=pool.pipeline_parallel, size=pool.gpus_per_instance, instances=pool.instances,
-            node_count=pool.node_count, gpus_per_node=pool.gpus_per_node, eligible=eligible,
-            selector=(pool.gpu.product, pool.gpu.min_memory_gib), required=pool.placement.required,
+            name=name,
+            role=spec.role_of(name),
+            tensor_parallel=pool.tensor_parallel,
+            pipeline_parallel=pool.pipeline_parallel,
+            size=pool.gpus_per_instance,
+            instances=pool.instances,
+            node_count=pool.node_count,
+            gpus_per_node=pool.gpus_per_node,
+            eligible=eligible,
+            selector=(pool.gpu.product, pool.gpu.min_memory_gib),
+            required=pool.placement.required,
             preferred=pool.placement.preferred,
             message_bytes=cost.activation_bytes(spec.model.hidden_size, tokens, spec.model.bytes_per_element),
-            candidates=cands, cpu_m=k8s.millicores(reqs.get("cpu", "0")),
+            candidates=cands,
+            cpu_m=k8s.millicores(reqs.get("cpu", "0")),
             memory_bytes=k8s.bytes_of(reqs.get("memory", "0")),
         )
     w = spec.objective
-    telemetry = [cost.telemetry_per_gpu_units(n.queue_depth, n.kv_cache_hit, w.queue_depth, w.cache_miss)
-                 for n in topo.nodes]
+    telemetry = [
+        cost.telemetry_per_gpu_units(n.queue_depth, n.kv_cache_hit, w.queue_depth, w.cache_miss) for n in topo.nodes
+    ]
     m = spec.model
     problem = Problem(
-        spec=spec, topology=topo, pools=pools, colocations=[], replicas=spec.replicas,
-        min_replicas=spec.replicas_floor, spread_level=spec.spread.level if spec.spread else None,
+        spec=spec,
+        topology=topo,
+        pools=pools,
+        colocations=[],
+        replicas=spec.replicas,
+        min_replicas=spec.replicas_floor,
+        spread_level=spec.spread.level if spec.spread else None,
         telemetry_units=telemetry,
-        kv_bytes=cost.kv_cache_bytes(m.layers, m.kv_heads, m.head_dim, m.bytes_per_element, spec.workload.prompt_tokens),
+        kv_bytes=cost.kv_cache_bytes(
+            m.layers, m.kv_heads, m.head_dim, m.bytes_per_element, spec.workload.prompt_tokens
+        ),
     )
     _add_transfer(problem, memo)
     _add_router(problem)
@@ -250,22 +279,28 @@ def _check_pool_fits(topo: Topology, name: str, pool: Pool, eligible: frozenset[
     biggest = max(len(topo.nodes[n].gpus) for n in eligible)
     if pool.node_count is not None:
         if pool.gpus_per_node and pool.gpus_per_node > biggest:
-            raise InputError(f"{where}.gpusPerNode: {pool.gpus_per_node} is more than the {biggest} GPUs of the largest matching node")
+            raise InputError(
+                f"{where}.gpusPerNode: {pool.gpus_per_node} is more than the {biggest} GPUs "
+                "of the largest matching node"
+            )
         return
     size = pool.gpus_per_instance
     if pool.pipeline_parallel > 1 and size > biggest:
         raise InputError(
             f"{where}: {pool.pipeline_parallel} pipeline stages of TP{pool.tensor_parallel} need {size} GPUs; "
             f"without nodeCount/gpusPerNode an instance must fit on one node and the largest matching node has "
-            f"{biggest}; set gpusPerNode to a multiple of {pool.tensor_parallel} and nodeCount to match")
+            f"{biggest}; set gpusPerNode to a multiple of {pool.tensor_parallel} and nodeCount to match"
+        )
     if pool.placement.required in ("node", "socket") and size > biggest:
         raise InputError(
             f"{where}.tensorParallel: {size} GPUs cannot pack within {LEVEL_WORDS[pool.placement.required]}: "
-            f"the largest matching node has {biggest} GPUs")
+            f"the largest matching node has {biggest} GPUs"
+        )
 
 
-def _containers(problem: Problem, pools: tuple[str, ...], extra_gpus: int, allowed, memo: dict,
-                kv: bool) -> tuple[Container, ...]:
+def _containers(
+    problem: Problem, pools: tuple[str, ...], extra_gpus: int, allowed, memo: dict, kv: bool
+) -> tuple[Container, ...]:
     """Domains that can hold one replica's members of ``pools`` and pass ``allowed``, with their KV cost."""
     topo = problem.topology
     need = sum(problem.pools[p].size * problem.pools[p].instances for p in pools) + extra_gpus
@@ -277,8 +312,11 @@ def _containers(problem: Problem, pools: tuple[str, ...], extra_gpus: int, allow
         free = sum(_free_in(topo, n, dom) for n in nodes)
         if free < need:
             continue
-        figs = (worst_figures(topo, dom_id, nodes, memo) if dom.level not in ("node", "socket")
-                else _unit_figures(topo, dom_id, nodes[0], memo))
+        figs = (
+            worst_figures(topo, dom_id, nodes, memo)
+            if dom.level not in ("node", "socket")
+            else _unit_figures(topo, dom_id, nodes[0], memo)
+        )
         kv_us = 0.0
         if kv:
             src, dst = (problem.pools[p] for p in pools)
@@ -290,7 +328,9 @@ def _containers(problem: Problem, pools: tuple[str, ...], extra_gpus: int, allow
                 continue
         elif not allowed(dom, None):
             continue
-        out.append(Container(dom_id, topo.order[dom_id], kv_us, cost.to_units(problem.spec.objective.kv_transfer * kv_us)))
+        out.append(
+            Container(dom_id, topo.order[dom_id], kv_us, cost.to_units(problem.spec.objective.kv_transfer * kv_us))
+        )
     return tuple(out)
 
 
@@ -331,8 +371,10 @@ def _add_router(problem: Problem) -> None:
     problem.router_cpu_m = k8s.millicores(router.cpu)
     problem.router_memory_bytes = k8s.bytes_of(router.memory)
     problem.router_nodes = tuple(
-        n.index for n in topo.nodes
-        if n.schedulable and n.cpu_free_m >= problem.router_cpu_m and n.memory_free_bytes >= problem.router_memory_bytes)
+        n.index
+        for n in topo.nodes
+        if n.schedulable and n.cpu_free_m >= problem.router_cpu_m and n.memory_free_bytes >= problem.router_memory_bytes
+    )
     if router.near is None:
         return
     level = router.near.level
@@ -342,6 +384,12 @@ def _add_router(problem: Problem) -> None:
 
     router_set = set(problem.router_nodes)
     conts = _containers(problem, (router.near.pool,), 0, allowed, {}, kv=False)
-    problem.colocations.append(Colocation(
-        "router", (router.near.pool,), True, conts,
-        f"router within {LEVEL_WORDS[level]} of every {router.near.pool} instance"))
+    problem.colocations.append(
+        Colocation(
+            "router",
+            (router.near.pool,),
+            True,
+            conts,
+            f"router within {LEVEL_WORDS[level]} of every {router.near.pool} instance",
+        )
+    )

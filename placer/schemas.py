@@ -13,36 +13,58 @@ PLACEMENT_SCHEMA: dict[str, Any] = {
     "properties": {
         "apiVersion": {"const": "placer.dev/v1alpha1"},
         "kind": {"const": "Placement"},
-        "metadata": {"type": "object", "required": ["name", "namespace"],
-                     "properties": {"name": {"type": "string"}, "namespace": {"type": "string"}}},
+        "metadata": {
+            "type": "object",
+            "required": ["name", "namespace"],
+            "properties": {"name": {"type": "string"}, "namespace": {"type": "string"}},
+        },
         "cluster": {"type": "string"},
         "status": {
-            "type": "object", "required": ["status"],
+            "type": "object",
+            "required": ["status"],
             "properties": {
                 "status": {"enum": ["optimal", "feasible", "infeasible", "unknown", "greedy"]},
-                "objective": {"type": ["integer", "null"]}, "bound": {"type": ["integer", "null"]},
-                "gap": {"type": ["number", "null"]}, "solver": {"type": "string"},
+                "objective": {"type": ["integer", "null"]},
+                "bound": {"type": ["integer", "null"]},
+                "gap": {"type": ["number", "null"]},
+                "solver": {"type": "string"},
                 "notes": {"type": "array", "items": {"type": "string"}},
             },
         },
-        "replicas": {"type": "array", "items": {
-            "type": "object", "required": ["index", "instances"],
-            "properties": {
-                "index": {"type": "integer", "minimum": 0},
-                "router": {"type": ["string", "null"]},
-                "instances": {"type": "array", "items": {
-                    "type": "object", "required": ["pool", "index", "domain", "pods"],
-                    "properties": {
-                        "pool": {"type": "string"}, "index": {"type": "integer"}, "domain": {"type": "string"},
-                        "pods": {"type": "array", "items": {
-                            "type": "object", "required": ["node", "gpus"],
-                            "properties": {"node": {"type": "string"},
-                                           "gpus": {"type": "array", "items": {"type": "integer", "minimum": 0}}},
-                        }},
+        "replicas": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["index", "instances"],
+                "properties": {
+                    "index": {"type": "integer", "minimum": 0},
+                    "router": {"type": ["string", "null"]},
+                    "instances": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["pool", "index", "domain", "pods"],
+                            "properties": {
+                                "pool": {"type": "string"},
+                                "index": {"type": "integer"},
+                                "domain": {"type": "string"},
+                                "pods": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["node", "gpus"],
+                                        "properties": {
+                                            "node": {"type": "string"},
+                                            "gpus": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                                        },
+                                    },
+                                },
+                            },
+                        },
                     },
-                }},
+                },
             },
-        }},
+        },
     },
 }
 

@@ -3,9 +3,9 @@
 The objective is lexicographic, solved in stages because one weighted sum of very different magnitudes
 proves slowly: (1) as many complete replicas as fit, (2) fewest instances outside their preferred level,
 (3) least weighted cost, then (4) among equal optima, a canonical one (earlier domains first), found by a
-single-threaded search so that the answer does not depend on which worker won. A stage is skipped when the greedy warm start already meets its best
-possible value. Each stage is hinted with the previous answer; the greedy hint is permuted to satisfy the
-symmetry-breaking order so the solver does not spend its time repairing it.
+single-threaded search so that the answer does not depend on which worker won. A stage is skipped when
+the greedy warm start already meets its best possible value. Each stage is hinted with the previous
+answer; the greedy hint is permuted into the symmetry-breaking order so the solver does not repair it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from placer.errors import InfeasibleError
 from placer.greedy import GreedyReplica, greedy
 from placer.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
 from placer.problem import Problem
-
 
 CANONICAL_DTIME = 1.0  # CP-SAT deterministic-time units (roughly seconds) for choosing among equal optima
 
@@ -64,51 +63,52 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
             p.log_search_progress = True
             p.log_to_stdout = False
             solver.log_callback = lambda line: options.log(f"[{stage}] {line}") if line.strip() else None
-        status = solver.Solve(model)
+        status = solver.solve(model)
         return solver, status
 
     notes: list[str] = []
     best_n = len(start)
     if best_n < problem.replicas:
-        model.Maximize(sum(v.placed))
+        model.maximize(sum(v.placed))
         solver, status = run("replicas")
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             raise _infeasible(problem, status == cp_model.INFEASIBLE)
-        best_n = int(round(solver.ObjectiveValue()))
+        best_n = int(round(solver.objective_value))
         if status != cp_model.OPTIMAL:
             notes.append("time limit hit while maximising replicas; more might fit")
         _rehint(model, solver, v)
     if best_n < problem.min_replicas:
         raise _infeasible(problem, True)
     for k, lit in enumerate(v.placed):
-        model.Add(lit == (1 if k < best_n else 0))
+        model.add(lit == (1 if k < best_n else 0))
     if any(p.preferred for p in problem.pools.values()):
-        greedy_misses = sum(problem.pools[g.pool].candidates[g.candidate].preferred_miss
-                            for r in start for g in r.instances)
+        greedy_misses = sum(
+            problem.pools[g.pool].candidates[g.candidate].preferred_miss for r in start for g in r.instances
+        )
         if len(start) == best_n and greedy_misses == _forced_misses(problem, best_n):
-            model.Add(pm.misses_expr() <= greedy_misses)
+            model.add(pm.misses_expr() <= greedy_misses)
         else:
-            model.ClearObjective()
-            model.Minimize(pm.misses_expr())
+            model.clear_objective()
+            model.minimize(pm.misses_expr())
             solver, status = run("preferred")
             if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 raise _infeasible(problem, status == cp_model.INFEASIBLE)
-            model.Add(pm.misses_expr() <= int(round(solver.ObjectiveValue())))
+            model.add(pm.misses_expr() <= int(round(solver.objective_value)))
             _rehint(model, solver, v)
     cost = pm.cost_expr()
-    model.ClearObjective()
-    model.Minimize(cost)
+    model.clear_objective()
+    model.minimize(cost)
     solver, status = run("cost")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise _infeasible(problem, status == cp_model.INFEASIBLE)
-    objective = int(round(solver.ObjectiveValue()))
-    bound = int(solver.BestObjectiveBound())
+    objective = int(round(solver.objective_value))
+    bound = int(solver.best_objective_bound)
     if status == cp_model.OPTIMAL:
         # Equal optima may differ between runs with several workers: pick one canonically, single-threaded.
         _rehint(model, solver, v)
-        model.Add(cost == objective)
-        model.ClearObjective()
-        model.Minimize(pm.tiebreak_expr())
+        model.add(cost == objective)
+        model.clear_objective()
+        model.minimize(pm.tiebreak_expr())
         # A deterministic-time budget (not wall time) keeps the result reproducible however loaded the machine.
         canon, canon_status = run("canonical", workers=1, dtime=CANONICAL_DTIME)
         if canon_status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -129,17 +129,20 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
 
 def _forced_misses(problem: Problem, replicas: int) -> int:
     """Instances that must miss their preferred level: their pool has no candidate at that level."""
-    return replicas * sum(plan.instances for plan in problem.pools.values()
-                          if plan.preferred and plan.candidates and all(c.preferred_miss for c in plan.candidates))
+    return replicas * sum(
+        plan.instances
+        for plan in problem.pools.values()
+        if plan.preferred and plan.candidates and all(c.preferred_miss for c in plan.candidates)
+    )
 
 
 def _rehint(model, solver, v) -> None:
-    model.ClearHints()
+    model.clear_hints()
     for lits in [*v.choice.values(), *v.node_of.values(), *v.container.values(), *v.router.values()]:
         for lit in lits.values():
-            model.AddHint(lit, solver.Value(lit))
+            model.add_hint(lit, solver.value(lit))
     for var in [*v.pooled.values(), *v.placed, *v.spread.values()]:
-        model.AddHint(var, solver.Value(var))
+        model.add_hint(var, solver.value(var))
 
 
 def _hint(pm, problem: Problem, start: list[GreedyReplica]) -> None:
@@ -177,9 +180,9 @@ def _hint(pm, problem: Problem, start: list[GreedyReplica]) -> None:
         values[var] = pooled.get(key, 0)
     for lits in [*v.choice.values(), *v.node_of.values(), *v.container.values(), *v.router.values()]:
         for lit in lits.values():
-            pm.model.AddHint(lit, values.get(lit, 0))
+            pm.model.add_hint(lit, values.get(lit, 0))
     for var in [*v.pooled.values(), *v.placed]:
-        pm.model.AddHint(var, values.get(var, 0))
+        pm.model.add_hint(var, values.get(var, 0))
     del topo
 
 
@@ -193,7 +196,7 @@ def decode(problem: Problem, solver, pm, n_replicas: int) -> tuple[ReplicaPlacem
     for key, lits in v.choice.items():
         if key[0] >= n_replicas:
             continue
-        ci = next(ci for ci, lit in lits.items() if solver.Value(lit))
+        ci = next(ci for ci, lit in lits.items() if solver.value(lit))
         chosen[key] = (ci, problem.pools[key[1]].candidates[ci])
     pods: dict[tuple, list[tuple[int, list[int]]]] = {}
 
@@ -209,7 +212,7 @@ def decode(problem: Problem, solver, pm, n_replicas: int) -> tuple[ReplicaPlacem
         kind_rank = {"unit": 0 if cand.level == "socket" else 1, "container": 2, "pooled": 3}[cand.kind]
         return (kind_rank, -topo.domains[cand.domain].depth, cand.order, key)
 
-    supply = {key: solver.Value(p) for key, p in v.pooled.items()}
+    supply = {key: solver.value(p) for key, p in v.pooled.items()}
     for key, (_ci, cand) in sorted(chosen.items(), key=rank):
         plan = problem.pools[key[1]]
         dom = topo.domains[cand.domain]
@@ -218,12 +221,14 @@ def decode(problem: Problem, solver, pm, n_replicas: int) -> tuple[ReplicaPlacem
             pods[key] = [(n, take(n, plan.size, dom.socket if dom.level == "socket" else None))]
         elif cand.kind == "container":
             g = plan.gpus_per_node or 0
-            nodes = [n for n, y in v.node_of[key].items() if solver.Value(y)]
+            nodes = [n for n, y in v.node_of[key].items() if solver.value(y)]
             pods[key] = [(n, take(n, g)) for n in sorted(nodes)]
         else:
             need, got = plan.size, []
-            nodes = sorted((n for n in dom.nodes if supply.get((plan.selector, n), 0) > 0),
-                           key=lambda n: (-supply[(plan.selector, n)], topo.order[topo.node_domain[n]]))
+            nodes = sorted(
+                (n for n in dom.nodes if supply.get((plan.selector, n), 0) > 0),
+                key=lambda n: (-supply[(plan.selector, n)], topo.order[topo.node_domain[n]]),
+            )
             for n in nodes:
                 if need == 0:
                     break
@@ -237,11 +242,17 @@ def decode(problem: Problem, solver, pm, n_replicas: int) -> tuple[ReplicaPlacem
     for k in range(n_replicas):
         router = None
         if k in v.router:
-            router = topo.nodes[next(n for n, r in v.router[k].items() if solver.Value(r))].name
+            router = topo.nodes[next(n for n, r in v.router[k].items() if solver.value(r))].name
         instances = tuple(
-            InstancePlacement(pool, i, tuple(Pod(topo.nodes[n].name, tuple(sorted(g))) for n, g in pods[(k, pool, i)]),
-                              chosen[(k, pool, i)][1].domain)
-            for pool, plan in sorted(problem.pools.items()) for i in range(plan.instances))
+            InstancePlacement(
+                pool,
+                i,
+                tuple(Pod(topo.nodes[n].name, tuple(sorted(g))) for n, g in pods[(k, pool, i)]),
+                chosen[(k, pool, i)][1].domain,
+            )
+            for pool, plan in sorted(problem.pools.items())
+            for i in range(plan.instances)
+        )
         out.append(ReplicaPlacement(k, instances, router))
     return tuple(out)
 
@@ -250,8 +261,9 @@ def _infeasible(problem: Problem, proven: bool) -> InfeasibleError:
     from placer.conflicts import explain_infeasible
 
     if not proven:
-        return InfeasibleError("no placement found within the time limit (not proven impossible); "
-                               "raise --time-limit", [])
+        return InfeasibleError(
+            "no placement found within the time limit (not proven impossible); raise --time-limit", []
+        )
     reasons = explain_infeasible(problem)
     return InfeasibleError("no placement satisfies every hard constraint", reasons)
 

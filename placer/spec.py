@@ -140,7 +140,9 @@ class Pool(_Model):
     gpu: GpuSelector = Field(default_factory=GpuSelector)
     placement: Placement = Field(default_factory=Placement)
     tokens_in_flight: int | None = Field(
-        default=None, ge=1, le=10_000_000,
+        default=None,
+        ge=1,
+        le=10_000_000,
         description="Tokens per forward pass, sizes the all-reduce message (default: prompt for prefill, 256).",
     )
     template: ContainerTemplate

@@ -178,7 +178,9 @@ def _resolve_node(spec: ClusterSpec, i: int, node: NodeSpec) -> Node:
     indices = {g.index for g in gpus}
     for b in node.busy:
         if b not in indices:
-            raise InputError(f"{where}.busy: GPU index {b} is not a GPU of node {node.name!r} (it has {sorted(indices)})")
+            raise InputError(
+                f"{where}.busy: GPU index {b} is not a GPU of node {node.name!r} (it has {sorted(indices)})"
+            )
     cpu_total = k8s.millicores(node.cpu or cls.cpu)
     mem_total = k8s.bytes_of(node.memory or cls.memory)
     path = {"rack": node.rack, "leaf": node.leaf, "nvlink-domain": node.nvlink_domain}
@@ -311,7 +313,9 @@ def _preorder(domains: dict[str, Domain], root: str) -> list[str]:
     return out
 
 
-def _crossing_figures(spec: ClusterSpec, domains: dict[str, Domain], nodes: list[Node]) -> dict[str, tuple[float, float]]:
+def _crossing_figures(
+    spec: ClusterSpec, domains: dict[str, Domain], nodes: list[Node]
+) -> dict[str, tuple[float, float]]:
     """(GB/s, us) for a GPU pair whose narrowest common domain is each domain: the fabric figure of its
     level, or the measured override given for it."""
     by_id = {o.domain: (i, o) for i, o in enumerate(spec.overrides)}
@@ -334,9 +338,7 @@ def _crossing_figures(spec: ClusterSpec, domains: dict[str, Domain], nodes: list
     return out
 
 
-def _link_graph(
-    domains: dict[str, Domain], nodes: list[Node], crossing: dict[str, tuple[float, float]]
-) -> nx.Graph:
+def _link_graph(domains: dict[str, Domain], nodes: list[Node], crossing: dict[str, tuple[float, float]]) -> nx.Graph:
     """Every edge child -> parent carries the figures of crossing the parent; GPUs hang off their socket or
     node. A tree, so the path between two GPUs is unique and its bottleneck is their effective bandwidth."""
     graph = nx.Graph()

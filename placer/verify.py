@@ -153,8 +153,9 @@ def _check_gpus_and_capacity(spec: ServingTopology, topo: Topology, pl: Placemen
                 r.violations.append(f"{who}: has {total} GPUs, needs TP x PP = {pool.gpus_per_instance}")
             if len({p.node for p in inst.pods}) != len(inst.pods):
                 r.violations.append(f"{who}: two pods on one node")
-            if pool.node_count is not None and (len(inst.pods) != pool.node_count or
-                                                any(len(p.gpus) != pool.gpus_per_node for p in inst.pods)):
+            if pool.node_count is not None and (
+                len(inst.pods) != pool.node_count or any(len(p.gpus) != pool.gpus_per_node for p in inst.pods)
+            ):
                 r.violations.append(f"{who}: needs {pool.node_count} nodes x {pool.gpus_per_node} GPUs")
             reqs = pool.template.resources.requests
             for pod in inst.pods:
@@ -162,7 +163,8 @@ def _check_gpus_and_capacity(spec: ServingTopology, topo: Topology, pl: Placemen
                 cpu[pod.node] += k8s.millicores(reqs.get("cpu", "0"))
                 mem[pod.node] += k8s.bytes_of(reqs.get("memory", "0"))
                 r.telemetry_units += len(pod.gpus) * cost.telemetry_per_gpu_units(
-                    node.queue_depth, node.kv_cache_hit, w.queue_depth, w.cache_miss)
+                    node.queue_depth, node.kv_cache_hit, w.queue_depth, w.cache_miss
+                )
                 indices = {g.index for g in node.gpus}
                 for g in pod.gpus:
                     if g not in indices:
@@ -176,7 +178,8 @@ def _check_gpus_and_capacity(spec: ServingTopology, topo: Topology, pl: Placemen
                     gpu = node.gpu(g)
                     sel = pool.gpu
                     if (sel.product and gpu.product != sel.product) or (
-                            sel.min_memory_gib and gpu.memory_gib < sel.min_memory_gib):
+                        sel.min_memory_gib and gpu.memory_gib < sel.min_memory_gib
+                    ):
                         r.violations.append(f"{who}: GPU {g} on {pod.node} ({gpu.product}) does not match the selector")
         if spec.router is not None and rep.router is not None:
             cpu[rep.router] += k8s.millicores(spec.router.cpu)
@@ -197,19 +200,31 @@ def _check_packing(spec: ServingTopology, topo: Topology, pl: Placement, r: Repo
             gpus = _gpus_of(topo, inst)
             whole = steiner_figures(topo, gpus)
             tp = pool.tensor_parallel
-            stages = [steiner_figures(topo, gpus[s * tp:(s + 1) * tp]) for s in range(pool.pipeline_parallel)]
+            stages = [steiner_figures(topo, gpus[s * tp : (s + 1) * tp]) for s in range(pool.pipeline_parallel)]
             for s, fig in enumerate(stages):
                 if LEVEL_RANK[fig.level] > LEVEL_RANK[pool.placement.required]:
                     r.violations.append(
                         f"replica {rep.index} {inst.pool}-{inst.index} stage {s}: TP group spans "
-                        f"{LEVEL_WORDS[fig.level]}, must pack within {LEVEL_WORDS[pool.placement.required]}")
+                        f"{LEVEL_WORDS[fig.level]}, must pack within {LEVEL_WORDS[pool.placement.required]}"
+                    )
             role = spec.role_of(inst.pool)
-            tokens = pool.tokens_in_flight or (spec.workload.prompt_tokens if role == "prefill" else DEFAULT_DECODE_TOKENS)
+            tokens = pool.tokens_in_flight or (
+                spec.workload.prompt_tokens if role == "prefill" else DEFAULT_DECODE_TOKENS
+            )
             msg = cost.activation_bytes(m.hidden_size, tokens, m.bytes_per_element)
             us = cost.forward_pass_allreduce_us(m.layers, tp, stages, msg, whole)
             homes = sorted({topo.gpu_domain(n, g) for n, g in gpus})
-            r.instances.append(InstanceCost(rep.index, inst.pool, inst.index, topo.lowest_common(homes), whole, us,
-                                            cost.to_units(spec.objective.all_reduce * us)))
+            r.instances.append(
+                InstanceCost(
+                    rep.index,
+                    inst.pool,
+                    inst.index,
+                    topo.lowest_common(homes),
+                    whole,
+                    us,
+                    cost.to_units(spec.objective.all_reduce * us),
+                )
+            )
 
 
 def _transfer_pair(spec: ServingTopology) -> tuple[str, str] | None:
@@ -263,8 +278,10 @@ def _check_router(spec: ServingTopology, topo: Topology, pl: Placement, r: Repor
                 homes += [topo.gpu_domain(n, g) for n, g in _gpus_of(topo, inst)]
         top = topo.lowest_common(sorted(set(homes)))
         if LEVEL_RANK[topo.domains[top].level] > LEVEL_RANK[near.level]:
-            r.violations.append(f"replica {rep.index}: router on {rep.router} is not within "
-                                f"{LEVEL_WORDS[near.level]} of every {near.pool} instance")
+            r.violations.append(
+                f"replica {rep.index}: router on {rep.router} is not within "
+                f"{LEVEL_WORDS[near.level]} of every {near.pool} instance"
+            )
 
 
 def _check_spread(spec: ServingTopology, topo: Topology, pl: Placement, r: Report) -> None:
@@ -283,5 +300,7 @@ def _check_spread(spec: ServingTopology, topo: Topology, pl: Placement, r: Repor
                 touched.add(spread_domain)
         for d in sorted(touched, key=str):
             if d in owner and owner[d] != rep.index:
-                r.violations.append(f"replicas {owner[d]} and {rep.index} share {d} (spread across {spec.spread.level})")
+                r.violations.append(
+                    f"replicas {owner[d]} and {rep.index} share {d} (spread across {spec.spread.level})"
+                )
             owner.setdefault(d, rep.index)  # type: ignore[arg-type]

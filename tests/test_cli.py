@@ -47,8 +47,9 @@ def placer_cmd() -> list[str]:
 
 def run(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PLACER_DEBUG"}
-    return subprocess.run([*placer_cmd(), *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [*placer_cmd(), *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def manifests_of(stdout: str) -> list[dict[str, Any]]:
@@ -70,6 +71,7 @@ def assert_clean_failure(proc: subprocess.CompletedProcess[str], code: int) -> N
 
 # --- help -----------------------------------------------------------------------------------------------
 
+
 def test_help_lists_the_commands() -> None:
     proc = run("--help")
     assert proc.returncode == 0, proc.stderr
@@ -79,17 +81,22 @@ def test_help_lists_the_commands() -> None:
     assert sub.returncode == 0 and "generate" in sub.stdout
 
 
-@pytest.mark.parametrize("args", [
-    ["no-such-command"],
-    ["solve", str(AGG), str(SMALL), "-o", "xml"],
-    ["solve", str(AGG)],
-    ["solve", str(AGG), str(SMALL), "--time-limit", "0"],
-], ids=["unknown-command", "bad-output-format", "missing-argument", "time-limit-below-min"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["no-such-command"],
+        ["solve", str(AGG), str(SMALL), "-o", "xml"],
+        ["solve", str(AGG)],
+        ["solve", str(AGG), str(SMALL), "--time-limit", "0"],
+    ],
+    ids=["unknown-command", "bad-output-format", "missing-argument", "time-limit-below-min"],
+)
 def test_usage_errors_exit_2(args: list[str]) -> None:
     assert_clean_failure(run(*args), 2)
 
 
 # --- solve ----------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("spec, cluster", FEASIBLE, ids=FEASIBLE_IDS)
 def test_solve_prints_only_manifests(spec: str, cluster: str) -> None:
@@ -142,10 +149,17 @@ def test_placement_file(suffix: str, tmp_path: Path) -> None:
     gpus = sum(len(p["gpus"]) for r in record["replicas"] for i in r["instances"] for p in i["pods"])
     summary = SUMMARY.search(proc.stderr)
     assert summary and gpus == int(summary.group(3))
-    in_record = sorted((p["node"], ",".join(map(str, p["gpus"])))
-                       for r in record["replicas"] for i in r["instances"] for p in i["pods"])
-    in_pods = sorted((_hostname(d), d["metadata"]["annotations"]["placer.dev/gpus"])
-                     for d in manifests_of(proc.stdout) if d["kind"] == "Pod")
+    in_record = sorted(
+        (p["node"], ",".join(map(str, p["gpus"])))
+        for r in record["replicas"]
+        for i in r["instances"]
+        for p in i["pods"]
+    )
+    in_pods = sorted(
+        (_hostname(d), d["metadata"]["annotations"]["placer.dev/gpus"])
+        for d in manifests_of(proc.stdout)
+        if d["kind"] == "Pod"
+    )
     assert in_record == in_pods
     assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]  # no temporary left behind
 
@@ -164,14 +178,17 @@ def test_json_and_yaml_placement_hold_the_same_record(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "p.json").read_text()) == yaml.safe_load((tmp_path / "p.yaml").read_text())
 
 
-@pytest.mark.parametrize("spec, cluster, code", [
-    (DISAGG, SMALL, 1),                                               # infeasible
-    (AGG, ROOT / "tests" / "data" / "invalid" / "cluster-unknown-class.yaml", 2),   # bad input
-    (SPECS / "tp16-multinode.yaml", CLUSTERS / "gb200-nvl72-1008.yaml", 1),         # selector matches nothing
-], ids=["infeasible", "bad-input", "no-matching-gpu"])
+@pytest.mark.parametrize(
+    "spec, cluster, code",
+    [
+        (DISAGG, SMALL, 1),  # infeasible
+        (AGG, ROOT / "tests" / "data" / "invalid" / "cluster-unknown-class.yaml", 2),  # bad input
+        (SPECS / "tp16-multinode.yaml", CLUSTERS / "gb200-nvl72-1008.yaml", 1),  # selector matches nothing
+    ],
+    ids=["infeasible", "bad-input", "no-matching-gpu"],
+)
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
-def test_failed_solve_writes_no_placement(spec: Path, cluster: Path, code: int, suffix: str,
-                                          tmp_path: Path) -> None:
+def test_failed_solve_writes_no_placement(spec: Path, cluster: Path, code: int, suffix: str, tmp_path: Path) -> None:
     proc = run("solve", spec, cluster, "--placement", tmp_path / f"out{suffix}")
     assert_clean_failure(proc, code)
     assert list(tmp_path.iterdir()) == []
@@ -188,8 +205,9 @@ def test_deterministic(tmp_path: Path) -> None:
     runs = []
     for k in (1, 2):
         (tmp_path / str(k)).mkdir()
-        proc = run("solve", DISAGG, CLUSTERS / "dgx-h100-1024.yaml", "-q", "--placement", "out.json",
-                   cwd=tmp_path / str(k))
+        proc = run(
+            "solve", DISAGG, CLUSTERS / "dgx-h100-1024.yaml", "-q", "--placement", "out.json", cwd=tmp_path / str(k)
+        )
         assert proc.returncode == 0, proc.stderr
         runs.append((proc.stdout, (tmp_path / str(k) / "out.json").read_bytes()))
     assert runs[0] == runs[1]
@@ -208,6 +226,7 @@ def test_infeasible_names_the_constraints() -> None:
 
 
 # --- validate, schema, cluster generate -----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("spec, cluster", FEASIBLE, ids=FEASIBLE_IDS)
 def test_validate_good_inputs(spec: str, cluster: str) -> None:

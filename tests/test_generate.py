@@ -42,9 +42,7 @@ def test_same_arguments_same_text(style: str) -> None:
     assert first != dump_cluster_yaml(generate_cluster(style, 200, seed=4))
 
 
-@pytest.mark.parametrize(
-    ("style", "gpus"), [("dgx-h100", 1), ("dgx-h100", 1024), ("gb200-nvl72", 73), ("mixed", 33)]
-)
+@pytest.mark.parametrize(("style", "gpus"), [("dgx-h100", 1), ("dgx-h100", 1024), ("gb200-nvl72", 73), ("mixed", 33)])
 def test_gpu_count_rounds_up_to_whole_units(style: str, gpus: int) -> None:
     total, _ = _counts(generate_cluster(style, gpus, seed=1))
     assert total == math.ceil(gpus / UNIT[style]) * UNIT[style]

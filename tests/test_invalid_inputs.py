@@ -49,7 +49,6 @@ CASES: dict[str, tuple[str, int | None, str]] = {
 }
 
 
-
 def placer_cmd() -> list[str]:
     """The real CLI: ``python -m placer`` when the package has a __main__, else the console script."""
     if (Path(placer.__file__).parent / "__main__.py").exists():
@@ -59,8 +58,9 @@ def placer_cmd() -> list[str]:
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PLACER_DEBUG"}
-    return subprocess.run([*placer_cmd(), *map(str, args)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [*placer_cmd(), *map(str, args)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_table_covers_every_file() -> None:
@@ -68,9 +68,7 @@ def test_table_covers_every_file() -> None:
 
 
 @pytest.mark.parametrize("command", ["solve", "validate"])
-@pytest.mark.parametrize(
-    "name", list(CASES)
-)
+@pytest.mark.parametrize("name", list(CASES))
 def test_invalid_input_exits_2(name: str, command: str, tmp_path: Path) -> None:
     which, line, fragment = CASES[name]
     bad = Path("tests/data/invalid") / name  # relative to ROOT, as a user would type it

@@ -30,8 +30,9 @@ CASES = [
 @pytest.fixture(scope="module", params=CASES, ids=["/".join(c) for c in CASES])
 def solved(request):
     spec, cluster = request.param
-    return run_solve(Path(f"fixtures/specs/{spec}.yaml"), Path(f"fixtures/clusters/{cluster}.yaml"),
-                     SolveOptions(time_limit_s=30))
+    return run_solve(
+        Path(f"fixtures/specs/{spec}.yaml"), Path(f"fixtures/clusters/{cluster}.yaml"), SolveOptions(time_limit_s=30)
+    )
 
 
 def test_every_document_validates(solved):
@@ -64,9 +65,15 @@ def test_affinity_admits_exactly_the_chosen_node(solved):
     assert len(pods) == len(chosen)
     for doc in pods:
         labels = doc["metadata"]["labels"]
-        key = (int(labels["placer.dev/replica"]), labels["placer.dev/pool"], int(labels["placer.dev/instance"]),
-               int(next(e["value"] for e in doc["spec"]["containers"][0]["env"] if e["name"] == "PLACER_POD_RANK")))
-        terms = doc["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        key = (
+            int(labels["placer.dev/replica"]),
+            labels["placer.dev/pool"],
+            int(labels["placer.dev/instance"]),
+            int(next(e["value"] for e in doc["spec"]["containers"][0]["env"] if e["name"] == "PLACER_POD_RANK")),
+        )
+        terms = doc["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ]
         admitted = [name for name, lab in node_labels.items() if any(_matches(t, lab) for t in terms)]
         assert admitted == [chosen[key].node]
         gpus = doc["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
@@ -76,8 +83,9 @@ def test_affinity_admits_exactly_the_chosen_node(solved):
 
 def test_gang_covers_every_pod(solved):
     groups = {d["metadata"]["name"]: d["spec"]["minMember"] for d in solved.manifests if d["kind"] == "PodGroup"}
-    members = Counter(d["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"]
-                      for d in solved.manifests if d["kind"] == "Pod")
+    members = Counter(
+        d["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] for d in solved.manifests if d["kind"] == "Pod"
+    )
     assert groups == dict(members)
     assert len(groups) == len(solved.placement.replicas)
 

@@ -49,36 +49,59 @@ def clusters(draw, max_nodes: int = 4, max_gpus: int = 4) -> dict:
         if draw(st.booleans()):
             node["metrics"] = {"queueDepth": draw(st.integers(0, 5)), "kvCacheHit": draw(st.sampled_from([0.0, 0.5]))}
         nodes.append(node)
-    return {"apiVersion": "placer.dev/v1alpha1", "kind": "Cluster", "metadata": {"name": "random"}, "nodes": nodes,
-            "fabric": {"network": {"railsPerNode": draw(st.sampled_from([1, 8]))}}}
+    return {
+        "apiVersion": "placer.dev/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": "random"},
+        "nodes": nodes,
+        "fabric": {"network": {"railsPerNode": draw(st.sampled_from([1, 8]))}},
+    }
 
 
 def _pool(draw, role: str) -> dict:
     tp = draw(st.sampled_from([1, 2]))
     required = draw(st.sampled_from(LEVELS))
     preferred = draw(st.sampled_from([None] + [lv for lv in LEVELS if LEVEL_RANK[lv] <= LEVEL_RANK[required]]))
-    pool = {"role": role, "instances": draw(st.integers(1, 2)), "tensorParallel": tp,
-            "placement": {"required": required, **({"preferred": preferred} if preferred else {})},
-            "gpu": {"product": draw(st.sampled_from(["H100", "A100-PCIE"]))},
-            "template": {"image": "example.com/engine:1", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}}
+    pool = {
+        "role": role,
+        "instances": draw(st.integers(1, 2)),
+        "tensorParallel": tp,
+        "placement": {"required": required, **({"preferred": preferred} if preferred else {})},
+        "gpu": {"product": draw(st.sampled_from(["H100", "A100-PCIE"]))},
+        "template": {"image": "example.com/engine:1", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+    }
     return pool
 
 
 @st.composite
 def specs(draw) -> dict:
     disagg = draw(st.booleans())
-    pools = {"prefill": _pool(draw, "prefill"), "decode": _pool(draw, "decode")} if disagg else \
-        {"aggregated": _pool(draw, "aggregated")}
-    spec = {"apiVersion": "placer.dev/v1alpha1", "kind": "ServingTopology", "metadata": {"name": "t"},
-            "model": {"layers": 4, "hiddenSize": 1024, "kvHeads": 2, "headDim": 64}, "pools": pools,
-            "replicas": draw(st.integers(1, 2))}
+    pools = (
+        {"prefill": _pool(draw, "prefill"), "decode": _pool(draw, "decode")}
+        if disagg
+        else {"aggregated": _pool(draw, "aggregated")}
+    )
+    spec = {
+        "apiVersion": "placer.dev/v1alpha1",
+        "kind": "ServingTopology",
+        "metadata": {"name": "t"},
+        "model": {"layers": 4, "hiddenSize": 1024, "kvHeads": 2, "headDim": 64},
+        "pools": pools,
+        "replicas": draw(st.integers(1, 2)),
+    }
     spec["minReplicas"] = draw(st.integers(0, spec["replicas"]))
     if disagg and draw(st.booleans()):
-        spec["transfer"] = {"from": "prefill", "to": "decode",
-                            "minBandwidthGBps": draw(st.sampled_from([30, 100, 400]))}
+        spec["transfer"] = {
+            "from": "prefill",
+            "to": "decode",
+            "minBandwidthGBps": draw(st.sampled_from([30, 100, 400])),
+        }
     if draw(st.booleans()):
-        spec["router"] = {"cpu": "2", "memory": "1Gi",
-                          "near": {"pool": next(iter(pools)), "level": draw(st.sampled_from(["node", "rack"]))}}
+        spec["router"] = {
+            "cpu": "2",
+            "memory": "1Gi",
+            "near": {"pool": next(iter(pools)), "level": draw(st.sampled_from(["node", "rack"]))},
+        }
     if spec["replicas"] > 1 and draw(st.booleans()):
         spec["spread"] = {"level": "rack"}
     return spec
@@ -153,8 +176,13 @@ def brute_force(spec: ServingTopology, topo) -> tuple[int, int, int] | None:
                     rep = check(spec, topo, pl)
                     if not rep.ok:
                         continue
-                    misses = sum(1 for ic in rep.instances if spec.pools[ic.pool].placement.preferred and
-                                 LEVEL_RANK[topo.domains[ic.domain].level] > LEVEL_RANK[spec.pools[ic.pool].placement.preferred])
+                    misses = sum(
+                        1
+                        for ic in rep.instances
+                        if spec.pools[ic.pool].placement.preferred
+                        and LEVEL_RANK[topo.domains[ic.domain].level]
+                        > LEVEL_RANK[spec.pools[ic.pool].placement.preferred]
+                    )
                     key = (misses, rep.total_units)
                     if best is None or key < best:
                         best = key
@@ -176,7 +204,7 @@ def _materialise(spec, topo, units, all_slots, chosen, routers, n_rep) -> Placem
         for u, c in enumerate(comp):
             if c:
                 node, _s, free = units[u]
-                per_node.setdefault(node, []).extend(free[taken[u]:taken[u] + c])
+                per_node.setdefault(node, []).extend(free[taken[u] : taken[u] + c])
                 taken[u] += c
         pods = tuple(Pod(topo.nodes[n].name, tuple(sorted(g))) for n, g in sorted(per_node.items()))
         by_replica[k].append(InstancePlacement(pool, i, pods, "-"))
@@ -195,8 +223,12 @@ def test_matches_brute_force_on_tiny_clusters(cluster_d, spec_d):
     assert expected is not None
     report = check(spec, topo, placement)
     assert report.ok, report.violations
-    misses = sum(1 for ic in report.instances if spec.pools[ic.pool].placement.preferred and
-                 LEVEL_RANK[topo.domains[ic.domain].level] > LEVEL_RANK[spec.pools[ic.pool].placement.preferred])
+    misses = sum(
+        1
+        for ic in report.instances
+        if spec.pools[ic.pool].placement.preferred
+        and LEVEL_RANK[topo.domains[ic.domain].level] > LEVEL_RANK[spec.pools[ic.pool].placement.preferred]
+    )
     got = (len(placement.replicas), misses, report.total_units)
     assert got[:2] == expected[:2]
     if placement.stats.status == "optimal":

@@ -16,7 +16,10 @@ def generate_command(
     style: Annotated[str, typer.Option("--style", help="dgx-h100, gb200-nvl72 or mixed.")] = "dgx-h100",
     gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPU count (rounded up to whole nodes / racks).")] = 1024,
     seed: Annotated[int, typer.Option("--seed", help="Random seed: same seed, same file.")] = 0,
-    busy: Annotated[float | None, typer.Option("--busy", min=0.0, max=1.0, help="Fraction of GPUs busy (default: 0.3-0.6 from the seed).")] = None,
+    busy: Annotated[
+        float | None,
+        typer.Option("--busy", min=0.0, max=1.0, help="Fraction of GPUs busy (default: 0.3-0.6 from the seed)."),
+    ] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write here (atomically) instead of stdout.")] = None,
 ) -> None:
     """Generate a cluster file, e.g. the 10,000-GPU benchmark cluster:

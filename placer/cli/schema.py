@@ -11,7 +11,9 @@ import typer
 
 
 def schema_command(
-    write: Annotated[Path | None, typer.Option("--write", help="Directory to write the *.schema.json files to.")] = None,
+    write: Annotated[
+        Path | None, typer.Option("--write", help="Directory to write the *.schema.json files to.")
+    ] = None,
 ) -> None:
     """JSON Schemas generated from placer's own models (the committed ones live in schemas/)."""
     from placer.schemas import all_schemas

@@ -21,9 +21,14 @@ def validate_command(
     topo, problem = build_inputs(spec, s, cluster, load_cluster(cluster))
     free = sum(len(n.free_gpus) for n in topo.nodes)
     gpus = sum(len(n.gpus) for n in topo.nodes)
-    print(f"{spec}: ServingTopology {s.metadata.name!r} is valid "
-          f"({len(s.pools)} pool(s), {s.replicas} replica(s))", file=sys.stderr)
-    print(f"{cluster}: Cluster {topo.name!r} is valid ({len(topo.nodes)} nodes, {gpus} GPUs, {free} free, "
-          f"{len(topo.domains)} domains)", file=sys.stderr)
+    print(
+        f"{spec}: ServingTopology {s.metadata.name!r} is valid ({len(s.pools)} pool(s), {s.replicas} replica(s))",
+        file=sys.stderr,
+    )
+    print(
+        f"{cluster}: Cluster {topo.name!r} is valid ({len(topo.nodes)} nodes, {gpus} GPUs, {free} free, "
+        f"{len(topo.domains)} domains)",
+        file=sys.stderr,
+    )
     for name, plan in problem.pools.items():
         print(f"  pool {name}: {len(plan.candidates)} candidate place(s) per instance", file=sys.stderr)

@@ -49,28 +49,28 @@ class PlacementModel:
         """Every instance of a placed replica has exactly one place; none of an unplaced one has any."""
         v = self.vars
         for (k, _pool, _i), lits in v.choice.items():
-            self.model.Add(sum(lits.values()) == v.placed[k])
+            self.model.add(sum(lits.values()) == v.placed[k])
         for (k, _c), lits in v.container.items():
-            self.model.Add(sum(lits.values()) == v.placed[k])
+            self.model.add(sum(lits.values()) == v.placed[k])
         for k, lits in v.router.items():
-            self.model.Add(sum(lits.values()) == v.placed[k])
+            self.model.add(sum(lits.values()) == v.placed[k])
 
     def _replicas_between_min_and_max(self) -> None:
         placed = self.vars.placed
-        self.model.Add(sum(placed) >= self.problem.min_replicas)
+        self.model.add(sum(placed) >= self.problem.min_replicas)
         for a, b in zip(placed, placed[1:], strict=False):
-            self.model.AddImplication(b, a)  # replicas are identical: fill them in order
+            self.model.add_implication(b, a)  # replicas are identical: fill them in order
 
     def _multi_node_instance_nodes(self) -> None:
         """A multi-node instance takes exactly nodeCount nodes, all inside its chosen container."""
         for key, nodes in self.vars.node_of.items():
             plan = self.problem.pools[key[1]]
             lits = self.vars.choice[key]
-            self.model.Add(sum(nodes.values()) == (plan.node_count or 0) * self.vars.placed[key[0]])
+            self.model.add(sum(nodes.values()) == (plan.node_count or 0) * self.vars.placed[key[0]])
             for n, y in nodes.items():
                 ups = set(self.topo.ancestors(self.topo.node_domain[n]))
                 holders = [lit for ci, lit in lits.items() if plan.candidates[ci].domain in ups]
-                self.model.Add(y <= sum(holders))
+                self.model.add(y <= sum(holders))
 
     # --- capacity -------------------------------------------------------------------------------------
     def _unit_capacity(self) -> None:
@@ -94,7 +94,7 @@ class PlacementModel:
             dom = self.topo.domains[dom_id]
             node = self.topo.nodes[dom.nodes[0]]
             free = len([g for g in node.free_gpus if dom.level != "socket" or node.gpu(g).socket == dom.socket])
-            self.model.Add(sum(terms) <= free)
+            self.model.add(sum(terms) <= free)
 
     def _pooled_supply(self) -> None:
         """Spanning instances placed inside a domain draw their GPUs from that domain's nodes (per selector)."""
@@ -114,10 +114,10 @@ class PlacementModel:
                         total.append(plan.size * lit)
                         for d in self.topo.ancestors(cand.domain):
                             demand[d].append(plan.size * lit)
-            self.model.Add(sum(supply.values()) == sum(total))
+            self.model.add(sum(supply.values()) == sum(total))
             for d, terms in demand.items():
                 nodes = [supply[n] for n in self.topo.domains[d].nodes if n in supply]
-                self.model.Add(sum(terms) <= sum(nodes))
+                self.model.add(sum(terms) <= sum(nodes))
 
     def _domain_capacity_redundant(self) -> None:
         """Redundant: all instances placed inside a domain need at most its free GPUs (tightens the bound)."""
@@ -126,7 +126,7 @@ class PlacementModel:
             if dom.level in ("node", "socket"):
                 continue
             free = sum(len(self.topo.nodes[n].free_gpus) for n in dom.nodes)
-            self.model.Add(sum(size * lit for lit, size in terms) <= free)
+            self.model.add(sum(size * lit for lit, size in terms) <= free)
 
     def _node_cpu_memory(self) -> None:
         """Pods pinned to a node by the model (whole-node instances, multi-node pods, routers) fit its CPU and
@@ -152,8 +152,8 @@ class PlacementModel:
                 mem[n].append(self.problem.router_memory_bytes * r)
         for n in sorted(set(cpu)):
             node = self.topo.nodes[n]
-            self.model.Add(sum(cpu[n]) <= node.cpu_free_m)
-            self.model.Add(sum(mem[n]) <= node.memory_free_bytes)
+            self.model.add(sum(cpu[n]) <= node.cpu_free_m)
+            self.model.add(sum(mem[n]) <= node.memory_free_bytes)
 
     # --- replica-level rules --------------------------------------------------------------------------
     def _colocation_inside_container(self) -> None:
@@ -168,7 +168,7 @@ class PlacementModel:
                         for ci, lit in self.vars.choice[(k, pool, i)].items():
                             ups = set(self.topo.ancestors(plan.candidates[ci].domain))
                             holders = [t for j, t in conts.items() if coloc.containers[j].domain in ups]
-                            self.model.Add(lit <= sum(holders))
+                            self.model.add(lit <= sum(holders))
 
     def _router_inside_container(self) -> None:
         for coloc in self.problem.colocations:
@@ -179,7 +179,7 @@ class PlacementModel:
                 for n, r in lits.items():
                     ups = set(self.topo.ancestors(self.topo.node_domain[n]))
                     holders = [t for j, t in conts.items() if coloc.containers[j].domain in ups]
-                    self.model.Add(r <= sum(holders))
+                    self.model.add(r <= sum(holders))
 
     def _replicas_spread(self) -> None:
         """No two replicas touch the same spread-level domain."""
@@ -197,13 +197,13 @@ class PlacementModel:
                 uses[(k, self._spread_of(self.topo.node_domain[n], rank))].append(y)
         by_domain: dict[str, list] = defaultdict(list)
         for (k, d), lits in sorted(uses.items()):
-            u = self.model.NewBoolVar(f"spread[{k},{d}]")
+            u = self.model.new_bool_var(f"spread[{k},{d}]")
             for lit in lits:
-                self.model.AddImplication(lit, u)
+                self.model.add_implication(lit, u)
             self.vars.spread[(k, d)] = u
             by_domain[d].append(u)
         for us in by_domain.values():
-            self.model.AddAtMostOne(us)
+            self.model.add_at_most_one(us)
 
     def _spread_of(self, domain: str, rank: int) -> str:
         best = domain
@@ -222,14 +222,15 @@ class PlacementModel:
         for k in range(self.problem.replicas):
             for pool, plan in self.problem.pools.items():
                 for i in range(plan.instances - 1):
-                    self.model.Add(self._instance_key((k, pool, i)) <= self._instance_key((k, pool, i + 1)))
+                    self.model.add(self._instance_key((k, pool, i)) <= self._instance_key((k, pool, i + 1)))
 
     def _identical_replicas_ordered(self) -> None:
         """Replicas are interchangeable: order placed replicas by their first instance's domain position."""
         first = min(self.problem.pools)
         for k in range(self.problem.replicas - 1):
-            self.model.Add(self._instance_key((k, first, 0)) <= self._instance_key((k + 1, first, 0))).OnlyEnforceIf(
-                self.vars.placed[k + 1])
+            self.model.add(self._instance_key((k, first, 0)) <= self._instance_key((k + 1, first, 0))).only_enforce_if(
+                self.vars.placed[k + 1]
+            )
 
     # --- objective terms ------------------------------------------------------------------------------
     def cost_expr(self) -> cp_model.LinearExpr:

@@ -48,7 +48,7 @@ def allowed_candidates(problem: Problem, pool: str) -> list[int]:
 
 def create_variables(model: cp_model.CpModel, problem: Problem) -> Variables:
     topo = problem.topology
-    placed = [model.NewBoolVar(f"placed[{k}]") for k in range(problem.replicas)]
+    placed = [model.new_bool_var(f"placed[{k}]") for k in range(problem.replicas)]
     choice: dict = {}
     node_of: dict = {}
     for name, plan in problem.pools.items():
@@ -56,25 +56,36 @@ def create_variables(model: cp_model.CpModel, problem: Problem) -> Variables:
         for k in range(problem.replicas):
             for i in range(plan.instances):
                 key = (k, name, i)
-                choice[key] = {ci: model.NewBoolVar(f"x[{k},{name},{i},{plan.candidates[ci].domain}]") for ci in allowed}
+                choice[key] = {
+                    ci: model.new_bool_var(f"x[{k},{name},{i},{plan.candidates[ci].domain}]") for ci in allowed
+                }
                 if plan.multi_node:
                     g = plan.gpus_per_node or 0
-                    nodes = sorted({n for ci in allowed for n in topo.domains[plan.candidates[ci].domain].nodes
-                                    if n in plan.eligible and len(topo.nodes[n].free_gpus) >= g})
-                    node_of[key] = {n: model.NewBoolVar(f"y[{k},{name},{i},{n}]") for n in nodes}
+                    nodes = sorted(
+                        {
+                            n
+                            for ci in allowed
+                            for n in topo.domains[plan.candidates[ci].domain].nodes
+                            if n in plan.eligible and len(topo.nodes[n].free_gpus) >= g
+                        }
+                    )
+                    node_of[key] = {n: model.new_bool_var(f"y[{k},{name},{i},{n}]") for n in nodes}
     pooled: dict = {}
     for plan in problem.pools.values():
-        if any(plan.candidates[ci].kind == "pooled" for key, cands in choice.items() if key[1] == plan.name for ci in cands):
+        if any(
+            plan.candidates[ci].kind == "pooled" for key, cands in choice.items() if key[1] == plan.name for ci in cands
+        ):
             for n in sorted(plan.eligible):
                 key = (plan.selector, n)
                 if key not in pooled:
-                    pooled[key] = model.NewIntVar(0, len(topo.nodes[n].free_gpus), f"p[{plan.selector},{n}]")
+                    pooled[key] = model.new_int_var(0, len(topo.nodes[n].free_gpus), f"p[{plan.selector},{n}]")
     container = {
-        (k, c.name): {j: model.NewBoolVar(f"t[{k},{c.name},{cont.domain}]") for j, cont in enumerate(c.containers)}
-        for k in range(problem.replicas) for c in problem.colocations
+        (k, c.name): {j: model.new_bool_var(f"t[{k},{c.name},{cont.domain}]") for j, cont in enumerate(c.containers)}
+        for k in range(problem.replicas)
+        for c in problem.colocations
     }
     router = {}
     if problem.has_router:
         for k in range(problem.replicas):
-            router[k] = {n: model.NewBoolVar(f"r[{k},{n}]") for n in problem.router_nodes}
+            router[k] = {n: model.new_bool_var(f"r[{k},{n}]") for n in problem.router_nodes}
     return Variables(placed, choice, node_of, pooled, container, router)
