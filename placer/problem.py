@@ -370,11 +370,7 @@ def _add_router(problem: Problem) -> None:
     topo = problem.topology
     problem.router_cpu_m = k8s.millicores(router.cpu)
     problem.router_memory_bytes = k8s.bytes_of(router.memory)
-    problem.router_nodes = tuple(
-        n.index
-        for n in topo.nodes
-        if n.schedulable and n.cpu_free_m >= problem.router_cpu_m and n.memory_free_bytes >= problem.router_memory_bytes
-    )
+    problem.router_nodes = _router_candidates(problem)
     if router.near is None:
         return
     level = router.near.level
@@ -393,3 +389,29 @@ def _add_router(problem: Problem) -> None:
             f"router within {LEVEL_WORDS[level]} of every {router.near.pool} instance",
         )
     )
+
+
+def _router_candidates(problem: Problem) -> tuple[int, ...]:
+    """Nodes a router may go to. A node whose CPU and memory cannot run out, even if every free GPU became
+    a pod of its own and every replica's router landed there, is interchangeable with any other such node
+    under the same parent domain: keeping the first ``replicas`` of them per parent is exact and cuts
+    thousands of literals at 10k GPUs."""
+    topo = problem.topology
+    pod_cpu = max((p.cpu_m for p in problem.pools.values()), default=0)
+    pod_mem = max((p.memory_bytes for p in problem.pools.values()), default=0)
+    kept_per_parent: dict[str | None, int] = {}
+    out = []
+    for n in topo.nodes:
+        if not (n.schedulable and n.cpu_free_m >= problem.router_cpu_m and
+                n.memory_free_bytes >= problem.router_memory_bytes):
+            continue
+        pods = len(n.free_gpus)
+        roomy = (n.cpu_free_m >= problem.replicas * problem.router_cpu_m + pods * pod_cpu and
+                 n.memory_free_bytes >= problem.replicas * problem.router_memory_bytes + pods * pod_mem)
+        if roomy:
+            parent = topo.domains[topo.node_domain[n.index]].parent
+            if kept_per_parent.get(parent, 0) >= problem.replicas:
+                continue
+            kept_per_parent[parent] = kept_per_parent.get(parent, 0) + 1
+        out.append(n.index)
+    return tuple(sorted(out, key=lambda i: topo.order[topo.node_domain[i]]))
