@@ -1,10 +1,9 @@
 """A topology-aware greedy in the style of Kueue TAS best fit, used to warm-start the solver.
 
 Phase 1 (per replica, one at a time): walk the replica-level containers (KV-transfer domain, router domain)
-cheapest first. Phase 2: inside them, give each instance the candidate with the fewest preferred-level
+cheapest first and keep the best of the first few that fit. Phase 2: inside them, give each instance the candidate with the fewest preferred-level
 misses, then the lowest all-reduce cost, then the tightest fit (fewest free GPUs left), then canonical order;
-take concrete GPUs at once. The first container choice that fits the whole replica wins; a replica that
-fits nowhere ends the walk (replicas are identical, so the next would not fit either).
+take concrete GPUs at once. A replica that fits nowhere ends the walk (replicas are identical, so the next would not fit either).
 """
 
 from __future__ import annotations
@@ -13,6 +12,9 @@ from dataclasses import dataclass, field
 
 from placer.levels import LEVEL_RANK
 from placer.problem import Candidate, Container, PoolPlan, Problem
+
+
+GREEDY_CONTAINERS = 12  # fitting container choices compared per replica (the first one is often poor)
 
 
 @dataclass
@@ -64,12 +66,34 @@ def _place_replica(problem: Problem, state: _State) -> tuple[_State, GreedyRepli
     choices: list[list[tuple[int, Container]]] = [
         sorted(enumerate(c.containers), key=lambda ic: (ic[1].units, ic[1].order)) for c in colocs
     ]
+    best: tuple[tuple[int, int], _State, GreedyReplica] | None = None
+    tried = 0
     for combo in _combinations(problem, choices):
         trial = state.copy()
         replica = _try(problem, trial, combo)
-        if replica is not None:
-            return trial, replica
-    return None
+        if replica is None:
+            continue
+        key = _score(problem, replica)
+        if best is None or key < best[0]:
+            best = (key, trial, replica)
+        tried += 1
+        if tried >= GREEDY_CONTAINERS:
+            break
+    return None if best is None else (best[1], best[2])
+
+
+def _score(problem: Problem, replica: GreedyReplica) -> tuple[int, int]:
+    """(preferred-level misses, cost units) of a greedy replica, to compare container choices."""
+    misses = units = 0
+    for g in replica.instances:
+        plan = problem.pools[g.pool]
+        cand = plan.candidates[g.candidate]
+        misses += cand.preferred_miss
+        units += cand.units + sum(len(gpus) * problem.telemetry_units[n] for n, gpus in g.pods)
+    for coloc in problem.colocations:
+        if coloc.name in replica.containers:
+            units += coloc.containers[replica.containers[coloc.name]].units
+    return misses, units
 
 
 def _combinations(problem: Problem, choices: list[list[tuple[int, Container]]]):
@@ -193,13 +217,10 @@ def _take(problem: Problem, state: _State, pool: PoolPlan, cand: Candidate) -> l
             pods.append((n, _grab(state, n, state.free[n][:g], pool)))
         return pods
     need = pool.size
+    # Best fit: draw from the most fragmented nodes first, leaving whole nodes for whole-node instances.
     order = sorted(
         nodes,
-        key=lambda n: (
-            problem.telemetry_units[n],
-            -len(_free_of(topo, state, n, dom)),
-            topo.order[topo.node_domain[n]],
-        ),
+        key=lambda n: (problem.telemetry_units[n], len(_free_of(topo, state, n, dom)), topo.order[topo.node_domain[n]]),
     )
     for n in order:
         avail = _free_of(topo, state, n, dom)

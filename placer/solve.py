@@ -21,7 +21,7 @@ from placer.greedy import GreedyReplica, greedy
 from placer.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
 from placer.problem import Problem
 
-CANONICAL_DTIME = 1.0  # CP-SAT deterministic-time units (roughly seconds) for choosing among equal optima
+CANONICAL_DTIME = 0.25  # CP-SAT deterministic-time units (roughly seconds) for choosing among equal optima
 
 
 @dataclass(frozen=True)
