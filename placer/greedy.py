@@ -1,9 +1,10 @@
 """A topology-aware greedy in the style of Kueue TAS best fit, used to warm-start the solver.
 
-Phase 1 (per replica, one at a time): walk the replica-level containers (KV-transfer domain, router domain)
-cheapest first and keep the best of the first few that fit. Phase 2: inside them, give each instance the candidate with the fewest preferred-level
-misses, then the lowest all-reduce cost, then the tightest fit (fewest free GPUs left), then canonical order;
-take concrete GPUs at once. A replica that fits nowhere ends the walk (replicas are identical, so the next would not fit either).
+Phase 1 (per replica, one at a time): walk the replica-level containers (KV-transfer domain, router
+domain) cheapest first and keep the best of the first few that fit. Phase 2: inside them, give each
+instance the candidate with the fewest preferred-level misses, then the lowest all-reduce cost, then the
+tightest fit (fewest free GPUs left), then canonical order; take concrete GPUs at once. A replica that
+fits nowhere ends the walk (replicas are identical, so the next would not fit either).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from dataclasses import dataclass, field
 
 from placer.levels import LEVEL_RANK
 from placer.problem import Candidate, Container, PoolPlan, Problem
-
 
 GREEDY_CONTAINERS = 12  # fitting container choices compared per replica (the first one is often poor)
 

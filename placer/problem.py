@@ -367,7 +367,6 @@ def _add_router(problem: Problem) -> None:
     router = spec.router
     if router is None:
         return
-    topo = problem.topology
     problem.router_cpu_m = k8s.millicores(router.cpu)
     problem.router_memory_bytes = k8s.bytes_of(router.memory)
     problem.router_nodes = _router_candidates(problem)
@@ -394,22 +393,31 @@ def _add_router(problem: Problem) -> None:
 def _router_candidates(problem: Problem) -> tuple[int, ...]:
     """Nodes a router may go to. A node whose CPU and memory cannot run out, even if every free GPU became
     a pod of its own and every replica's router landed there, is interchangeable with any other such node
-    under the same parent domain: keeping the first ``replicas`` of them per parent is exact and cuts
-    thousands of literals at 10k GPUs."""
+    under the same parent domain, provided that parent may itself hold the router and its pool (a router
+    that must share a node cannot move): keeping the first ``replicas`` of them per parent is then exact
+    and cuts thousands of literals at 10k GPUs."""
     topo = problem.topology
     pod_cpu = max((p.cpu_m for p in problem.pools.values()), default=0)
     pod_mem = max((p.memory_bytes for p in problem.pools.values()), default=0)
+    near = problem.spec.router.near.level if problem.spec.router and problem.spec.router.near else None
     kept_per_parent: dict[str | None, int] = {}
     out = []
     for n in topo.nodes:
-        if not (n.schedulable and n.cpu_free_m >= problem.router_cpu_m and
-                n.memory_free_bytes >= problem.router_memory_bytes):
+        if not (
+            n.schedulable
+            and n.cpu_free_m >= problem.router_cpu_m
+            and n.memory_free_bytes >= problem.router_memory_bytes
+        ):
             continue
         pods = len(n.free_gpus)
-        roomy = (n.cpu_free_m >= problem.replicas * problem.router_cpu_m + pods * pod_cpu and
-                 n.memory_free_bytes >= problem.replicas * problem.router_memory_bytes + pods * pod_mem)
-        if roomy:
-            parent = topo.domains[topo.node_domain[n.index]].parent
+        roomy = (
+            n.cpu_free_m >= problem.replicas * problem.router_cpu_m + pods * pod_cpu
+            and n.memory_free_bytes >= problem.replicas * problem.router_memory_bytes + pods * pod_mem
+        )
+        parent = topo.domains[topo.node_domain[n.index]].parent
+        # Swapping a router to a sibling is exact only if the parent itself may contain router and pool.
+        parent_ok = parent is not None and (near is None or LEVEL_RANK[topo.domains[parent].level] <= LEVEL_RANK[near])
+        if roomy and parent_ok:
             if kept_per_parent.get(parent, 0) >= problem.replicas:
                 continue
             kept_per_parent[parent] = kept_per_parent.get(parent, 0) + 1

@@ -247,3 +247,52 @@ def test_same_input_same_placement(workers):
     topo = build_topology(load_cluster(Path("fixtures/clusters/gb200-nvl72-1008.yaml")))
     records = [solve(build_problem(spec, topo), SolveOptions(workers=workers)).to_record() for _ in range(3)]
     assert records[0] == records[1] == records[2]
+
+
+def test_router_that_must_share_a_node_is_not_pruned_away():
+    # Found by the brute-force property: two nodes under one rack, the H100 pool fits only n1 and the router
+    # must share its node. Router candidates on roomy siblings are pruned to one per parent (n0), which is
+    # exact only when the parent may hold the router: here it may not, so n1 must stay a candidate.
+    cluster = {
+        "apiVersion": "placer.dev/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": "c"},
+        "nodes": [
+            {
+                "name": "n0",
+                "rack": "r0",
+                "gpus": {"count": 2, "product": "A100-PCIE", "memoryGiB": 80},
+                "interconnect": "pcie",
+                "sockets": 2,
+                "cpu": "16",
+                "memory": "64Gi",
+            },
+            {
+                "name": "n1",
+                "rack": "r0",
+                "gpus": {"count": 2, "product": "H100", "memoryGiB": 80},
+                "cpu": "16",
+                "memory": "64Gi",
+            },
+        ],
+    }
+    spec = {
+        "apiVersion": "placer.dev/v1alpha1",
+        "kind": "ServingTopology",
+        "metadata": {"name": "t"},
+        "model": {"layers": 4, "hiddenSize": 1024, "kvHeads": 2, "headDim": 64},
+        "pools": {
+            "aggregated": {
+                "instances": 1,
+                "tensorParallel": 1,
+                "gpu": {"product": "H100"},
+                "template": {"image": "example.com/engine:1"},
+            }
+        },
+        "router": {"cpu": "2", "memory": "1Gi", "near": {"pool": "aggregated", "level": "node"}},
+        "minReplicas": 0,
+    }
+    spec_m, topo, placement = _solve(spec, cluster)
+    assert placement is not None and len(placement.replicas) == 1
+    assert placement.replicas[0].router == "n1"
+    assert check(spec_m, topo, placement).ok
