@@ -2,8 +2,8 @@
 
 The objective is lexicographic, solved in stages because one weighted sum of very different magnitudes
 proves slowly: (1) as many complete replicas as fit, (2) fewest instances outside their preferred level,
-(3) least weighted cost, then (4) among equal optima, a canonical one (earlier domains first), found by a
-single-threaded search so that the answer does not depend on which worker won. A stage is skipped when
+(3) least weighted cost. Workers run CP-SAT's interleaved (deterministic) search, so that among equal optima
+the same one is returned on every run, whichever worker is faster. A stage is skipped when
 the greedy warm start already meets its best possible value. Each stage is hinted with the previous
 answer; the greedy hint is permuted into the symmetry-breaking order so the solver does not repair it.
 """
@@ -20,8 +20,6 @@ from placer.errors import InfeasibleError
 from placer.greedy import GreedyReplica, greedy
 from placer.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
 from placer.problem import Problem
-
-CANONICAL_DTIME = 0.25  # CP-SAT deterministic-time units (roughly seconds) for choosing among equal optima
 
 
 @dataclass(frozen=True)
@@ -47,13 +45,14 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
     deadline = t0 + options.time_limit_s
     _hint(pm, problem, start)
 
-    def run(stage: str, workers: int | None = None, dtime: float | None = None) -> tuple[cp_model.CpSolver, int]:
+    def run(stage: str) -> tuple[cp_model.CpSolver, int]:
         solver = cp_model.CpSolver()
         p = solver.parameters
         p.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
-        if dtime is not None:
-            p.max_deterministic_time = dtime
-        p.num_workers = workers or max(1, options.workers)
+        # Several workers that race make the chosen optimum depend on timing; interleaved search runs the
+        # same portfolio deterministically, so the same input gives the same placement.
+        p.interleave_search = p.num_workers > 1
+        p.num_workers = max(1, options.workers)
         p.random_seed = options.seed
         p.cp_model_probing_level = 0  # probing turns at-most-one rows into millions of clauses (SCALING.md)
         # The model breaks symmetry itself; CP-SAT's own symmetry pass, combined with a hint, spent 10 s
@@ -103,16 +102,6 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
         raise _infeasible(problem, status == cp_model.INFEASIBLE)
     objective = int(round(solver.objective_value))
     bound = int(solver.best_objective_bound)
-    if status == cp_model.OPTIMAL:
-        # Equal optima may differ between runs with several workers: pick one canonically, single-threaded.
-        _rehint(model, solver, v)
-        model.add(cost == objective)
-        model.clear_objective()
-        model.minimize(pm.tiebreak_expr())
-        # A deterministic-time budget (not wall time) keeps the result reproducible however loaded the machine.
-        canon, canon_status = run("canonical", workers=1, dtime=CANONICAL_DTIME)
-        if canon_status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            solver = canon
     t_solve = time.perf_counter()
     replicas = decode(problem, solver, pm, best_n)
     stats = SolveStats(

@@ -264,17 +264,3 @@ class PlacementModel:
             plan = self.problem.pools[pool]
             terms += [lit for ci, lit in lits.items() if plan.candidates[ci].preferred_miss]
         return sum(terms)
-
-    def tiebreak_expr(self) -> cp_model.LinearExpr:
-        """A final tie-breaker so that equal optima do not flip between runs: earlier domains, nodes and
-        containers first, and spanning draws from earlier nodes."""
-        v, order = self.vars, self.topo.order
-        node_rank = {n: order[self.topo.node_domain[n]] + 1 for n in range(len(self.topo.nodes))}
-        terms = [self._instance_key(key) for key in v.choice]
-        terms += [node_rank[n] * y for nodes in v.node_of.values() for n, y in nodes.items()]
-        terms += [node_rank[n] * p for (_s, n), p in v.pooled.items()]
-        terms += [node_rank[n] * r for lits in v.router.values() for n, r in lits.items()]
-        for (_k, name), lits in v.container.items():
-            coloc = next(c for c in self.problem.colocations if c.name == name)
-            terms += [(coloc.containers[j].order + 1) * t for j, t in lits.items()]
-        return sum(terms)
