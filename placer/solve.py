@@ -2,8 +2,8 @@
 
 The objective is lexicographic, solved in stages because one weighted sum of very different magnitudes
 proves slowly: (1) as many complete replicas as fit, (2) fewest instances outside their preferred level,
-(3) least weighted cost. Workers run CP-SAT's interleaved (deterministic) search, so that among equal optima
-the same one is returned on every run, whichever worker is faster. A stage is skipped when
+(3) least weighted cost. The default is one search worker: among equal optima it returns the same one on
+every run, where racing workers need not. A stage is skipped when
 the greedy warm start already meets its best possible value. Each stage is hinted with the previous
 answer; the greedy hint is permuted into the symmetry-breaking order so the solver does not repair it.
 """
@@ -25,7 +25,7 @@ from placer.problem import Problem
 @dataclass(frozen=True)
 class SolveOptions:
     time_limit_s: float = 30.0
-    workers: int = 2
+    workers: int = 1  # one worker is deterministic and, on 2 cores, as fast (bench/NOTES.md)
     seed: int = 0
     log: Callable[[str], None] | None = None  # solver progress lines (stderr in the CLI)
 
@@ -49,19 +49,18 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
         solver = cp_model.CpSolver()
         p = solver.parameters
         p.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
-        # Several workers that race make the chosen optimum depend on timing; interleaved search runs the
-        # same portfolio deterministically, so the same input gives the same placement.
-        p.interleave_search = p.num_workers > 1
         p.num_workers = max(1, options.workers)
         p.random_seed = options.seed
         p.cp_model_probing_level = 0  # probing turns at-most-one rows into millions of clauses (SCALING.md)
         # The model breaks symmetry itself; CP-SAT's own symmetry pass, combined with a hint, spent 10 s
         # of a 11 s solve on the 10k-GPU GB200 cluster (bench/NOTES.md).
         p.symmetry_level = 0
-        if options.log is not None:
-            p.log_search_progress = True
-            p.log_to_stdout = False
-            solver.log_callback = lambda line: options.log(f"[{stage}] {line}") if line.strip() else None
+        # Logging is always on (to a callback, never stdout) because it changes the search: -v must not
+        # change the placement.
+        p.log_search_progress = True
+        p.log_to_stdout = False
+        log = options.log
+        solver.log_callback = (lambda line: log(f"[{stage}] {line}") if line.strip() else None) if log else _ignore
         status = solver.solve(model)
         return solver, status
 
@@ -255,6 +254,10 @@ def _infeasible(problem: Problem, proven: bool) -> InfeasibleError:
         )
     reasons = explain_infeasible(problem)
     return InfeasibleError("no placement satisfies every hard constraint", reasons)
+
+
+def _ignore(_line: str) -> None:
+    return None
 
 
 def stderr_log(line: str) -> None:

@@ -30,8 +30,14 @@ def solve_command(
         typer.Option("--time-limit", min=0.1, help="Seconds; the best complete placement found is returned when hit."),
     ] = 30.0,
     workers: Annotated[
-        int, typer.Option("--workers", min=1, max=64, help="CP-SAT search workers (default: 2, one per core).")
-    ] = 2,
+        int,
+        typer.Option(
+            "--workers",
+            min=1,
+            max=64,
+            help="CP-SAT search workers. 1 (default) is reproducible; more may pick another equal-cost optimum.",
+        ),
+    ] = 1,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream the solver log to stderr.")] = False,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print nothing on stderr unless something fails.")
