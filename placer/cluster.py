@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from placer import k8s
-from placer.k8s import field_alias
+from placer.k8s import Quantity, field_alias
 
 
 class _Model(BaseModel):
@@ -75,25 +75,13 @@ class NodeClass(_Model):
     interconnect: Literal["nvlink", "pcie"] = "nvlink"
     nvlink_gbps: float | None = Field(default=None, gt=0, description="Per-GPU NVLink bandwidth inside the node.")
     sockets: int = Field(default=1, ge=1, le=16)
-    cpu: str = "64"
-    memory: str = "512Gi"
-
-    @field_validator("cpu", "memory")
-    @classmethod
-    def _qty(cls, v: str) -> str:
-        k8s.parse_quantity(v)
-        return v
+    cpu: Quantity = "64"
+    memory: Quantity = "512Gi"
 
 
 class Used(_Model):
-    cpu: str = "0"
-    memory: str = "0"
-
-    @field_validator("cpu", "memory")
-    @classmethod
-    def _qty(cls, v: str) -> str:
-        k8s.parse_quantity(v)
-        return v
+    cpu: Quantity = "0"
+    memory: Quantity = "0"
 
 
 class Metrics(_Model):
@@ -102,19 +90,13 @@ class Metrics(_Model):
     queue_depth: float | dict[int, float] | None = None
     kv_cache_hit: float | dict[int, float] | None = None
 
-    @field_validator("queue_depth")
+    @field_validator("queue_depth", "kv_cache_hit")
     @classmethod
-    def _q(cls, v: float | dict[int, float] | None) -> float | dict[int, float] | None:
+    def _range(cls, v: float | dict[int, float] | None, info: ValidationInfo) -> float | dict[int, float] | None:
         values = v.values() if isinstance(v, dict) else [] if v is None else [v]
-        if any(x < 0 for x in values):
+        if info.field_name == "queue_depth" and any(x < 0 for x in values):
             raise ValueError("queueDepth must be >= 0")
-        return v
-
-    @field_validator("kv_cache_hit")
-    @classmethod
-    def _h(cls, v: float | dict[int, float] | None) -> float | dict[int, float] | None:
-        values = v.values() if isinstance(v, dict) else [] if v is None else [v]
-        if any(not 0 <= x <= 1 for x in values):
+        if info.field_name == "kv_cache_hit" and any(not 0 <= x <= 1 for x in values):
             raise ValueError("kvCacheHit is a fraction between 0 and 1")
         return v
 
@@ -130,8 +112,8 @@ class NodeSpec(_Model):
     interconnect: Literal["nvlink", "pcie"] | None = None
     nvlink_gbps: float | None = Field(default=None, gt=0)
     sockets: int | None = Field(default=None, ge=1, le=16)
-    cpu: str | None = None
-    memory: str | None = None
+    cpu: Quantity | None = None
+    memory: Quantity | None = None
     busy: list[int] = Field(default_factory=list)
     used: Used = Used()
     metrics: Metrics = Metrics()

@@ -122,9 +122,6 @@ def _best_bandwidth_anywhere(problem: Problem) -> float:
     return best
 
 
-RELAXABLE = ("transfer floor", "router proximity", "replica spread", "minReplicas")
-
-
 def explain_infeasible(problem: Problem) -> list[str]:
     reasons = single_rule_conflicts(problem)
     if reasons:

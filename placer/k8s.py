@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -92,3 +95,12 @@ def field_alias(name: str) -> str:
     head, *rest = name.split("_")
     camel = head + "".join(w[:1].upper() + w[1:] for w in rest)
     return camel.replace("Gib", "GiB").replace("Gbps", "GBps")
+
+
+def _quantity(value: str) -> str:
+    parse_quantity(value)
+    return value
+
+
+Quantity = Annotated[str, AfterValidator(_quantity)]
+"""A string field that must be a Kubernetes quantity (``500m``, ``16Gi``)."""

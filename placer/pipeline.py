@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from placer.errors import VerificationError
@@ -24,7 +24,6 @@ class SolveResult:
     placement: Placement
     report: Report
     manifests: list[dict]
-    seconds: dict[str, float] = field(default_factory=dict)
 
     def yaml(self) -> str:
         from placer.emit import to_yaml
@@ -79,7 +78,7 @@ def run_solve(
     manifests = build_manifests(spec, topo, placement, report)
     times["emit"] = time.perf_counter() - t
     placement.stats.seconds |= times
-    return SolveResult(spec, topo, placement, report, manifests, times)
+    return SolveResult(spec, topo, placement, report, manifests)
 
 
 def verify_placement(spec: ServingTopology, topo: Topology, placement: Placement) -> Report:

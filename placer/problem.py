@@ -14,15 +14,13 @@ when those nodes are alike, which is how racks are built; the checker recomputes
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from placer import cost, k8s
 from placer.errors import InputError
 from placer.levels import LEVEL_RANK, LEVEL_WORDS
 from placer.spec import Pool, ServingTopology
 from placer.topology import Topology
-
-DEFAULT_DECODE_TOKENS = 256
 
 
 @dataclass(frozen=True)
@@ -96,7 +94,6 @@ class Problem:
     router_nodes: tuple[int, ...] = ()
     kv_bytes: float = 0.0
     transfer_pair: tuple[str, str] | None = None
-    notes: list[str] = field(default_factory=list)
 
     @property
     def has_router(self) -> bool:
@@ -151,10 +148,7 @@ def _pool_candidates(
 ) -> tuple[Candidate, ...]:
     size = pool.gpus_per_instance
     required_rank = LEVEL_RANK[pool.placement.required]
-    tokens = pool.tokens_in_flight or (
-        spec.workload.prompt_tokens if spec.role_of(name) == "prefill" else DEFAULT_DECODE_TOKENS
-    )
-    msg = cost.activation_bytes(spec.model.hidden_size, tokens, spec.model.bytes_per_element)
+    msg = cost.activation_bytes(spec.model.hidden_size, spec.tokens_in_flight(name), spec.model.bytes_per_element)
     weight = spec.objective.all_reduce
     out = []
     for dom_id in sorted(topo.domains, key=topo.order.__getitem__):
@@ -181,12 +175,7 @@ def _pool_candidates(
             free = sum(_free_in(topo, n, dom) for n in nodes)
             if free < size:
                 continue
-            span = (
-                worst_figures(topo, dom_id, nodes, memo)
-                if dom.level not in ("node", "socket")
-                else _unit_figures(topo, dom_id, nodes[0], memo)
-            )
-            ring = span
+            ring = span = domain_figures(topo, dom_id, nodes, memo)
             kind = "unit" if dom.level in ("node", "socket") else "pooled"
         us = cost.forward_pass_allreduce_us(
             spec.model.layers, pool.tensor_parallel, [ring] * pool.pipeline_parallel, msg, span
@@ -194,6 +183,14 @@ def _pool_candidates(
         miss = pool.placement.preferred is not None and LEVEL_RANK[dom.level] > LEVEL_RANK[pool.placement.preferred]
         out.append(Candidate(dom_id, kind, dom.level, us, cost.to_units(weight * us), miss, topo.order[dom_id]))
     return tuple(out)
+
+
+def domain_figures(topo: Topology, dom_id: str, nodes: list[int], memo: dict) -> cost.PathFigures:
+    """Ring figures inside a domain over these nodes: the unit's own links for a node or socket, the worst
+    path up to the domain for anything broader."""
+    if topo.domains[dom_id].level in ("node", "socket"):
+        return _unit_figures(topo, dom_id, nodes[0], memo)
+    return worst_figures(topo, dom_id, nodes, memo)
 
 
 def _unit_figures(topo: Topology, dom_id: str, node: int, memo: dict) -> cost.PathFigures:
@@ -227,9 +224,6 @@ def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
         eligible = eligible_nodes(topo, pool)
         _check_pool_fits(topo, name, pool, eligible)
         cands = _pool_candidates(topo, spec, name, pool, eligible, memo)
-        tokens = pool.tokens_in_flight or (
-            spec.workload.prompt_tokens if spec.role_of(name) == "prefill" else DEFAULT_DECODE_TOKENS
-        )
         reqs = pool.template.resources.requests
         pools[name] = PoolPlan(
             name=name,
@@ -244,7 +238,9 @@ def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
             selector=(pool.gpu.product, pool.gpu.min_memory_gib),
             required=pool.placement.required,
             preferred=pool.placement.preferred,
-            message_bytes=cost.activation_bytes(spec.model.hidden_size, tokens, spec.model.bytes_per_element),
+            message_bytes=cost.activation_bytes(
+                spec.model.hidden_size, spec.tokens_in_flight(name), spec.model.bytes_per_element
+            ),
             candidates=cands,
             cpu_m=k8s.millicores(reqs.get("cpu", "0")),
             memory_bytes=k8s.bytes_of(reqs.get("memory", "0")),
@@ -298,12 +294,10 @@ def _check_pool_fits(topo: Topology, name: str, pool: Pool, eligible: frozenset[
         )
 
 
-def _containers(
-    problem: Problem, pools: tuple[str, ...], extra_gpus: int, allowed, memo: dict, kv: bool
-) -> tuple[Container, ...]:
+def _containers(problem: Problem, pools: tuple[str, ...], allowed, memo: dict, kv: bool) -> tuple[Container, ...]:
     """Domains that can hold one replica's members of ``pools`` and pass ``allowed``, with their KV cost."""
     topo = problem.topology
-    need = sum(problem.pools[p].size * problem.pools[p].instances for p in pools) + extra_gpus
+    need = sum(problem.pools[p].size * problem.pools[p].instances for p in pools)
     eligible = set().union(*(problem.pools[p].eligible for p in pools))
     out = []
     for dom_id in sorted(topo.domains, key=topo.order.__getitem__):
@@ -312,11 +306,7 @@ def _containers(
         free = sum(_free_in(topo, n, dom) for n in nodes)
         if free < need:
             continue
-        figs = (
-            worst_figures(topo, dom_id, nodes, memo)
-            if dom.level not in ("node", "socket")
-            else _unit_figures(topo, dom_id, nodes[0], memo)
-        )
+        figs = domain_figures(topo, dom_id, nodes, memo)
         kv_us = 0.0
         if kv:
             src, dst = (problem.pools[p] for p in pools)
@@ -353,7 +343,7 @@ def _add_transfer(problem: Problem, memo: dict) -> None:
             return False
         return floor is None or (bw is not None and bw >= floor)
 
-    conts = _containers(problem, pair, 0, allowed, memo, kv=True)
+    conts = _containers(problem, pair, allowed, memo, kv=True)
     rule = f"{pair[0]} and {pair[1]} of one replica"
     if floor is not None:
         rule += f" joined by at least {floor:g} GB/s"
@@ -378,7 +368,7 @@ def _add_router(problem: Problem) -> None:
         return LEVEL_RANK[dom.level] <= LEVEL_RANK[level] and any(n in router_set for n in dom.nodes)
 
     router_set = set(problem.router_nodes)
-    conts = _containers(problem, (router.near.pool,), 0, allowed, {}, kv=False)
+    conts = _containers(problem, (router.near.pool,), allowed, {}, kv=False)
     problem.colocations.append(
         Colocation(
             "router",

@@ -136,7 +136,6 @@ def _rehint(model, solver, v) -> None:
 def _hint(pm, problem: Problem, start: list[GreedyReplica]) -> None:
     """Hint the greedy placement, permuted into the symmetry-breaking order."""
     v = pm.vars
-    topo = problem.topology
     order = lambda g: problem.pools[g.pool].candidates[g.candidate].order  # noqa: E731
     first = min(problem.pools)
     reps = sorted(start, key=lambda r: min(order(g) for g in r.instances if g.pool == first))
@@ -171,7 +170,6 @@ def _hint(pm, problem: Problem, start: list[GreedyReplica]) -> None:
             pm.model.add_hint(lit, values.get(lit, 0))
     for var in [*v.pooled.values(), *v.placed]:
         pm.model.add_hint(var, values.get(var, 0))
-    del topo
 
 
 def decode(problem: Problem, solver, pm, n_replicas: int) -> tuple[ReplicaPlacement, ...]:

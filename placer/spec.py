@@ -13,10 +13,11 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from placer import API_VERSION, k8s
-from placer.k8s import field_alias
+from placer.k8s import Quantity, field_alias
 from placer.levels import LEVEL_RANK, Level
 
 Role = Literal["prefill", "decode", "aggregated"]
+DEFAULT_DECODE_TOKENS = 256  # a decode batch's tokens per forward pass when the spec does not say
 
 
 class _Model(BaseModel):
@@ -193,20 +194,14 @@ class Router(_Model):
     image: str = "ghcr.io/placer/router:latest"
     args: list[str] = Field(default_factory=list)
     port: int = Field(default=8000, ge=1, le=65535)
-    cpu: str = "2"
-    memory: str = "4Gi"
+    cpu: Quantity = "2"
+    memory: Quantity = "4Gi"
     near: RouterNear | None = None
 
     @field_validator("image")
     @classmethod
     def _image(cls, v: str) -> str:
         return ContainerTemplate._image(v)
-
-    @field_validator("cpu", "memory")
-    @classmethod
-    def _qty(cls, v: str) -> str:
-        k8s.parse_quantity(v)
-        return v
 
 
 class Spread(_Model):
@@ -281,6 +276,13 @@ class ServingTopology(_Model):
     def role_of(self, pool: str) -> Role:
         declared = self.pools[pool].role
         return declared if declared is not None else pool  # type: ignore[return-value]
+
+    def tokens_in_flight(self, pool: str) -> int:
+        """Tokens per forward pass of a pool: its own figure, else the typical prompt for prefill."""
+        given = self.pools[pool].tokens_in_flight
+        if given is not None:
+            return given
+        return self.workload.prompt_tokens if self.role_of(pool) == "prefill" else DEFAULT_DECODE_TOKENS
 
     @property
     def replicas_floor(self) -> int:

@@ -124,14 +124,6 @@ class Topology:
         common = set(paths[0]).intersection(*map(set, paths[1:]))
         return next(d for d in paths[0] if d in common)
 
-    def path_figures(self, a: str, b: str) -> tuple[float, float]:
-        """Bottleneck bandwidth (GB/s) and largest latency (us) on the graph path between two vertices."""
-        if a == b:
-            return (float("inf"), 0.0)
-        path = nx.shortest_path(self.graph, a, b)
-        edges = [self.graph.edges[u, v] for u, v in zip(path, path[1:], strict=False)]
-        return (min(e["bandwidth_gbps"] for e in edges), max(e["latency_us"] for e in edges))
-
 
 def _node_class(spec: ClusterSpec, node: NodeSpec) -> NodeClass:
     return spec.node_classes[node.node_class] if node.node_class else NodeClass()

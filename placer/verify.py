@@ -17,8 +17,6 @@ from placer.placement import InstancePlacement, Placement
 from placer.spec import ServingTopology
 from placer.topology import Topology
 
-DEFAULT_DECODE_TOKENS = 256
-
 
 @dataclass
 class InstanceCost:
@@ -207,11 +205,7 @@ def _check_packing(spec: ServingTopology, topo: Topology, pl: Placement, r: Repo
                         f"replica {rep.index} {inst.pool}-{inst.index} stage {s}: TP group spans "
                         f"{LEVEL_WORDS[fig.level]}, must pack within {LEVEL_WORDS[pool.placement.required]}"
                     )
-            role = spec.role_of(inst.pool)
-            tokens = pool.tokens_in_flight or (
-                spec.workload.prompt_tokens if role == "prefill" else DEFAULT_DECODE_TOKENS
-            )
-            msg = cost.activation_bytes(m.hidden_size, tokens, m.bytes_per_element)
+            msg = cost.activation_bytes(m.hidden_size, spec.tokens_in_flight(inst.pool), m.bytes_per_element)
             us = cost.forward_pass_allreduce_us(m.layers, tp, stages, msg, whole)
             homes = sorted({topo.gpu_domain(n, g) for n, g in gpus})
             r.instances.append(
