@@ -13,7 +13,7 @@ Formulas (docs/DESIGN.md has the derivations):
   path's bandwidth x lanes: inside a node or NVLink domain every GPU pair moves its shard in parallel
   (lanes = min of the two group sizes); over the network a node stripes over its rails (lanes = rails per
   node), divided by the spine's oversubscription when the path crosses the spine.
-* telemetry: ``queue_depth`` (requests) and ``1 - kv_cache_hit`` per GPU used, node means.
+* telemetry: ``w3 x queue_depth`` (requests) and ``w4 x (1 - kv_cache_hit)`` per GPU used, node means.
 
 Every term is rounded to integer *cost units* (0.01 us-equivalents) term by term, so the solver's integer
 objective and the checker's recomputation agree exactly.
@@ -109,6 +109,17 @@ def best_kv_route(routes: list[PathFigures], src_gpus: int, dst_gpus: int, rails
     return max(routes, key=lambda r: (kv_bandwidth_gbps(r, src_gpus, dst_gpus, rails_per_node), -r.latency_us))
 
 
+def queue_units_per_gpu(queue_depth: float, w_queue: float) -> int:
+    """Cost units per GPU used on a node whose GPUs hold ``queue_depth`` waiting requests (mean)."""
+    return to_units(w_queue * queue_depth)
+
+
+def cache_miss_units_per_gpu(kv_cache_hit: float, w_miss: float) -> int:
+    """Cost units per GPU used on a node whose KV cache hits ``kv_cache_hit`` of lookups (mean)."""
+    return to_units(w_miss * (1.0 - kv_cache_hit))
+
+
 def telemetry_per_gpu_units(queue_depth: float, kv_cache_hit: float, w_queue: float, w_miss: float) -> int:
-    """Cost units per GPU used on a node with these (mean) telemetry figures."""
-    return to_units(w_queue * queue_depth + w_miss * (1.0 - kv_cache_hit)) if (w_queue or w_miss) else 0
+    """Both telemetry terms per GPU; each is rounded on its own so explain can show them separately and
+    still add up to exactly what the solver minimised."""
+    return queue_units_per_gpu(queue_depth, w_queue) + cache_miss_units_per_gpu(kv_cache_hit, w_miss)

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from placer.placement import InstancePlacement, Placement
+from placer.record import CLUSTER_ANNOTATION, SPEC_ANNOTATION, STATUS_ANNOTATION, spec_record, status_record
 from placer.spec import ServingTopology
 from placer.topology import Topology
 from placer.verify import Report
@@ -63,6 +64,12 @@ def build_manifests(spec: ServingTopology, topo: Topology, placement: Placement,
     costs = {(c.replica, c.pool, c.index): c for c in report.instances}
     kv = {c.replica: c for c in report.replicas}
     docs: list[dict] = []
+    # The PodGroup carries what explain needs to read the manifests back without the spec file.
+    group_annotations = {
+        SPEC_ANNOTATION: json.dumps(spec_record(spec), sort_keys=True, separators=(",", ":")),
+        STATUS_ANNOTATION: json.dumps(status_record(placement.stats), sort_keys=True, separators=(",", ":")),
+        CLUSTER_ANNOTATION: placement.cluster,
+    }
     for rep in placement.replicas:
         group = f"{name}-r{rep.index}"
         members = sum(len(i.pods) for i in rep.instances)
@@ -70,7 +77,12 @@ def build_manifests(spec: ServingTopology, topo: Topology, placement: Placement,
             {
                 "apiVersion": "scheduling.x-k8s.io/v1alpha1",
                 "kind": "PodGroup",
-                "metadata": {"name": group, "namespace": ns, "labels": _labels(spec, rep.index, "gang")},
+                "metadata": {
+                    "name": group,
+                    "namespace": ns,
+                    "labels": _labels(spec, rep.index, "gang"),
+                    "annotations": dict(group_annotations),
+                },
                 "spec": {"minMember": members, "scheduleTimeoutSeconds": spec.scheduling.schedule_timeout_seconds},
             }
         )
@@ -155,7 +167,12 @@ def _router(spec: ServingTopology, topo: Topology, replica: int, node: str) -> l
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": {"name": name, "namespace": spec.metadata.namespace, "labels": labels},
+            "metadata": {
+                "name": name,
+                "namespace": spec.metadata.namespace,
+                "labels": labels,
+                "annotations": {"placer.dev/node": node},
+            },
             "spec": {
                 "replicas": 1,
                 "selector": {"matchLabels": selector},
@@ -195,9 +212,9 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def placement_text(placement: Placement, path: Path) -> str:
-    """The placement record as JSON or YAML, chosen by the file's extension."""
-    record = placement.to_record()
+def placement_text(placement: Placement, path: Path, spec: ServingTopology) -> str:
+    """The placement record as JSON or YAML, chosen by the file's extension, with the spec inside."""
+    record = placement.to_record(spec_record(spec))
     if path.suffix.lower() == ".json":
         return json.dumps(record, indent=2, sort_keys=True) + "\n"
     return yaml.safe_dump(record, sort_keys=True, default_flow_style=False)

@@ -1,5 +1,5 @@
 """The result of a solve, with names again (nodes by name, GPUs by index): what emit, explain and the
-checker read, and what ``--placement FILE`` writes and later commands load back."""
+checker read, and what ``--placement FILE`` writes (placer.record reads it back)."""
 
 from __future__ import annotations
 
@@ -47,17 +47,20 @@ class Placement:
     replicas: tuple[ReplicaPlacement, ...]
     stats: SolveStats
 
-    def to_record(self, include_timing: bool = False) -> dict[str, Any]:
-        """Plain data for the placement file; timings are left out by default so output is reproducible."""
+    def to_record(self, spec: dict[str, Any] | None = None, include_timing: bool = False) -> dict[str, Any]:
+        """Plain data for the placement file (read back by placer.record); timings are left out by default
+        so output is reproducible. ``spec`` (record.spec_record) makes the file self-contained for explain."""
         stats = asdict(self.stats)
         if not include_timing:
             stats.pop("seconds")
+        extra = {} if spec is None else {"spec": spec}
         return {
             "apiVersion": "placer.dev/v1alpha1",
             "kind": "Placement",
             "metadata": {"name": self.deployment, "namespace": self.namespace},
             "cluster": self.cluster,
             "status": stats,
+            **extra,
             "replicas": [
                 {
                     "index": r.index,
@@ -75,36 +78,3 @@ class Placement:
                 for r in self.replicas
             ],
         }
-
-    @staticmethod
-    def from_record(data: dict[str, Any]) -> Placement:
-        st = data["status"]
-        return Placement(
-            deployment=data["metadata"]["name"],
-            namespace=data["metadata"]["namespace"],
-            cluster=data["cluster"],
-            replicas=tuple(
-                ReplicaPlacement(
-                    index=r["index"],
-                    router=r.get("router"),
-                    instances=tuple(
-                        InstancePlacement(
-                            i["pool"],
-                            i["index"],
-                            tuple(Pod(p["node"], tuple(p["gpus"])) for p in i["pods"]),
-                            i["domain"],
-                        )
-                        for i in r["instances"]
-                    ),
-                )
-                for r in data["replicas"]
-            ),
-            stats=SolveStats(
-                status=st["status"],
-                objective=st.get("objective"),
-                bound=st.get("bound"),
-                gap=st.get("gap"),
-                solver=st.get("solver", "cp-sat"),
-                notes=list(st.get("notes", [])),
-            ),
-        )

@@ -43,7 +43,12 @@ class Report:
     violations: list[str] = field(default_factory=list)
     instances: list[InstanceCost] = field(default_factory=list)
     replicas: list[ReplicaCost] = field(default_factory=list)
-    telemetry_units: int = 0
+    queue_units: int = 0  # w3 x queue depth, summed over the GPUs used
+    cache_miss_units: int = 0  # w4 x (1 - KV-cache hit), summed over the GPUs used
+
+    @property
+    def telemetry_units(self) -> int:
+        return self.queue_units + self.cache_miss_units
 
     @property
     def ok(self) -> bool:
@@ -160,9 +165,8 @@ def _check_gpus_and_capacity(spec: ServingTopology, topo: Topology, pl: Placemen
                 node = topo.node_by_name(pod.node)
                 cpu[pod.node] += k8s.millicores(reqs.get("cpu", "0"))
                 mem[pod.node] += k8s.bytes_of(reqs.get("memory", "0"))
-                r.telemetry_units += len(pod.gpus) * cost.telemetry_per_gpu_units(
-                    node.queue_depth, node.kv_cache_hit, w.queue_depth, w.cache_miss
-                )
+                r.queue_units += len(pod.gpus) * cost.queue_units_per_gpu(node.queue_depth, w.queue_depth)
+                r.cache_miss_units += len(pod.gpus) * cost.cache_miss_units_per_gpu(node.kv_cache_hit, w.cache_miss)
                 indices = {g.index for g in node.gpus}
                 for g in pod.gpus:
                     if g not in indices:

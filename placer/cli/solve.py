@@ -65,7 +65,7 @@ def solve_command(
     if placement is not None:
         from placer.emit import placement_text, write_atomic
 
-        write_atomic(placement, placement_text(result.placement, placement))
+        write_atomic(placement, placement_text(result.placement, placement, result.spec))
     sys.stdout.write(text)
     sys.stdout.flush()
     say(result.summary(time.perf_counter() - t0))
