@@ -90,6 +90,7 @@ class Topology:
     spine_oversubscription: float
     order: dict[str, int]  # domain id -> position in a canonical pre-order (for tie-breaks)
     crossing: dict[str, tuple[float, float]]  # domain id -> (GB/s, us) between GPUs in different children
+    measured: dict[str, str] = field(default_factory=dict)  # domain id -> source of its override figures
 
     def node_by_name(self, name: str) -> Node:
         idx = self._by_name.get(name)
@@ -266,6 +267,7 @@ def build_topology(spec: ClusterSpec) -> Topology:
         spine_oversubscription=spec.fabric.spine.oversubscription,
         order=order,
         crossing=crossing,
+        measured={o.domain: o.source or "measured" for o in spec.overrides},
     )
 
 
