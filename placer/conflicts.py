@@ -1,165 +1,267 @@
-"""Why nothing fits: name the smallest set of rules that cannot hold together, in operators' words.
+"""Why nothing fits: the smallest set of rules that cannot hold together, in operators' words, and a
+relaxation that is proven to make the request fit.
 
-Phase 1 checks each rule on its own against the cluster (a pool's packing level, its GPU count, the
-transfer floor, the router rule); a rule that fails alone is a conflict by itself and is reported with the
-numbers (subject -> count -> limit). Phase 2, when every rule fits alone, runs a deletion filter over the
-relaxable rules (transfer floor, router proximity, spread, minReplicas): drop a rule, re-solve; if still
-infeasible the rule was not needed for the conflict. What remains is a minimal conflicting set.
+Phase 1 checks each rule on its own against the cluster: a pool's GPU selector, its packing level (how
+many of its TP groups fit at that level at all), the total GPU need, each replica-level rule (transfer floor,
+router proximity) and the router's own CPU/memory. A rule that fails alone is a conflict by itself and is
+reported with the numbers (subject -> count -> limit) and the nearest relaxation. Phase 2, when every rule
+fits alone, runs a deletion filter over the relaxable rules (transfer floor, router proximity, spread,
+minReplicas): drop a rule, re-solve; if still infeasible the rule was not needed for the conflict. What
+remains is a minimal conflicting set; for each of its rules placer searches the mildest relaxation that
+makes the request feasible (a lower floor, a broader level, fewer replicas) and reports it only when a
+solve confirms it.
 """
 
 from __future__ import annotations
 
-from placer.levels import LEVEL_WORDS
-from placer.problem import Problem
+from dataclasses import dataclass
+
+from placer.levels import LEVEL_RANK, LEVEL_WORDS, LEVELS
+from placer.problem import Problem, build_problem
+from placer.spec import ServingTopology
 
 
-def _largest_block(problem: Problem, pool: str, level: str) -> tuple[int, str]:
-    """Most free matching GPUs inside any one domain of ``level`` (or narrower, after merging)."""
-    from placer.levels import LEVEL_RANK
+@dataclass(frozen=True)
+class Conflict:
+    rule: str  # the spec field at stake, e.g. "pools.prefill.placement.required", "transfer.minBandwidthGBps"
+    message: str  # subject -> count -> limit
+    relax: str | None  # what would make it fit (verified by a solve where it says so)
 
+    def __str__(self) -> str:
+        return self.message + (f" Relax: {self.relax}" if self.relax else "")
+
+
+def explain_infeasible(problem: Problem) -> list[Conflict]:
+    return single_rule_conflicts(problem) or deletion_filter(problem)
+
+
+# ---- phase 1: rules that fail on their own ----------------------------------------------------------
+
+
+def _maximal_domains(problem: Problem, level: str) -> list[str]:
+    """The domains that partition the cluster at ``level``: as broad as ``level`` allows (merged domains
+    included), never socket domains unless the level is ``socket``."""
+    topo = problem.topology
+    rank = LEVEL_RANK[level]
+    out = []
+    for dom in topo.domains.values():
+        if LEVEL_RANK[dom.level] > rank or (dom.level == "socket" and level != "socket"):
+            continue
+        parent = topo.domains[dom.parent] if dom.parent else None
+        if parent is None or LEVEL_RANK[parent.level] > rank:
+            out.append(dom.id)
+    return sorted(out, key=topo.order.__getitem__)
+
+
+def _free_in(problem: Problem, pool: str, dom_id: str) -> int:
     topo = problem.topology
     plan = problem.pools[pool]
-    best, where = 0, "-"
-    for dom in topo.domains.values():
-        if LEVEL_RANK[dom.level] > LEVEL_RANK[level]:
+    dom = topo.domains[dom_id]
+    total = 0
+    for n in dom.nodes:
+        if n not in plan.eligible:
             continue
-        if dom.level == "socket":
-            continue
-        free = sum(len(topo.nodes[n].free_gpus) for n in dom.nodes if n in plan.eligible)
-        if free > best:
-            best, where = free, dom.id
-    return best, where
+        node = topo.nodes[n]
+        total += sum(1 for g in node.free_gpus if dom.socket is None or node.gpu(g).socket == dom.socket)
+    return total
 
 
-def single_rule_conflicts(problem: Problem) -> list[str]:
+def groups_that_fit(problem: Problem, pool: str, level: str) -> tuple[int, list[tuple[int, str]]]:
+    """An upper bound on how many instances of ``pool`` fit at ``level`` on their own, and the free blocks
+    (largest first). Exact for single-node and spanning instances; for multi-node ones it counts pod slots."""
+    plan = problem.pools[pool]
     topo = problem.topology
-    reasons = []
+    total = 0
+    blocks = []
+    for dom_id in _maximal_domains(problem, level):
+        free = _free_in(problem, pool, dom_id)
+        if free == 0:
+            continue
+        blocks.append((free, dom_id))
+        if plan.multi_node:
+            g = plan.gpus_per_node or 1
+            nodes = [n for n in topo.domains[dom_id].nodes if n in plan.eligible]
+            slots = sum(len(topo.nodes[n].free_gpus) // g for n in nodes)
+            total += slots // (plan.node_count or 1)
+        elif plan.required in ("node", "socket") or topo.domains[dom_id].level in ("node", "socket"):
+            total += _unit_groups(problem, pool, dom_id)
+        else:
+            total += free // plan.size
+    blocks.sort(key=lambda b: (-b[0], topo.order[b[1]]))
+    return total, blocks
+
+
+def _unit_groups(problem: Problem, pool: str, dom_id: str) -> int:
+    """Instances that fit one node (or socket) each, inside one domain."""
+    plan = problem.pools[pool]
+    topo = problem.topology
+    dom = topo.domains[dom_id]
+    count = 0
+    for n in dom.nodes:
+        if n not in plan.eligible:
+            continue
+        node = topo.nodes[n]
+        if plan.required == "socket" and len(node.sockets) > 1:
+            for s in node.sockets:
+                if dom.socket is None or dom.socket == s:
+                    count += sum(1 for g in node.free_gpus if node.gpu(g).socket == s) // plan.size
+        else:
+            count += len(node.free_gpus) // plan.size
+    return count
+
+
+def _shape(problem: Problem, pool: str, count: int) -> str:
+    plan = problem.pools[pool]
+    groups = f"{count} group{'s' if count != 1 else ''}"
+    if plan.multi_node:
+        return f"{groups} of {plan.node_count} nodes x {plan.gpus_per_node} GPUs"
+    return f"{groups} of {plan.size} GPUs"
+
+
+def _packing_conflict(problem: Problem, name: str) -> Conflict | None:
+    plan = problem.pools[name]
+    need = plan.instances * problem.min_replicas
+    fit, blocks = groups_that_fit(problem, name, plan.required)
+    if fit >= need:
+        return None
+    where = LEVEL_WORDS[plan.required]
+    largest = f"the largest free block is {blocks[0][0]} GPUs ({blocks[0][1]})" if blocks else "no GPU is free"
+    message = (
+        f"{name} needs {_shape(problem, name, need)}, each inside {where}; "
+        f"only {fit} such group{'s' if fit != 1 else ''} fit{'s' if fit == 1 else ''} ({largest})."
+    )
+    relax = []
+    for level in LEVELS[LEVEL_RANK[plan.required] + 1 :]:
+        if level == "socket":
+            continue
+        if groups_that_fit(problem, name, level)[0] >= need:
+            relax.append(f"allow pools.{name}.placement.required: {level}")
+            break
+    if blocks and not plan.multi_node and blocks[0][0] < plan.size:
+        relax.append(f"free {plan.size - blocks[0][0]} more GPUs in {blocks[0][1]}")
+    return Conflict(f"pools.{name}.placement.required", message, "; or ".join(relax) or None)
+
+
+def single_rule_conflicts(problem: Problem) -> list[Conflict]:
+    topo = problem.topology
+    out: list[Conflict] = []
     total_need = 0
     for name, plan in sorted(problem.pools.items()):
         free = sum(len(topo.nodes[n].free_gpus) for n in plan.eligible)
-        total_need += plan.size * plan.instances * problem.min_replicas
+        need = plan.size * plan.instances * problem.min_replicas
+        total_need += need
         if not plan.eligible:
             product, memory = plan.selector
-            reasons.append(
-                f"{name}: no schedulable node has GPUs matching product={product!r}, "
-                f"minMemoryGiB={memory}. Relax: change pools.{name}.gpu."
+            out.append(
+                Conflict(
+                    f"pools.{name}.gpu",
+                    f"{name}: no schedulable node has GPUs matching product={product!r}, minMemoryGiB={memory}.",
+                    f"change pools.{name}.gpu",
+                )
             )
             continue
-        if not plan.candidates:
-            block, where = _largest_block(problem, name, plan.required)
-            shape = (
-                f"{plan.node_count} nodes with {plan.gpus_per_node} free GPUs each"
-                if plan.multi_node
-                else f"{plan.size} GPUs"
-            )
-            reasons.append(
-                f"{name} needs {shape} inside {LEVEL_WORDS[plan.required]} per instance; "
-                f"the largest free block in any such domain is {block} GPUs ({where}). "
-                f"Relax: allow a broader placement.required level, or free GPUs in {where}."
-            )
-        need = plan.size * plan.instances * problem.min_replicas
         if need > free:
-            reasons.append(
-                f"{name} needs {need} GPUs for {problem.min_replicas} replica(s); only {free} matching GPUs are free "
-                f"in the whole cluster. Relax: lower minReplicas or instances, or free {need - free} GPUs."
+            out.append(
+                Conflict(
+                    f"pools.{name}.instances",
+                    f"{name} needs {need} GPUs for {problem.min_replicas} replica(s); only {free} matching GPUs "
+                    "are free in the whole cluster.",
+                    f"lower minReplicas or pools.{name}.instances, or free {need - free} GPUs",
+                )
             )
+            continue
+        packing = _packing_conflict(problem, name)
+        if packing is not None:
+            out.append(packing)
     union = frozenset().union(*(plan.eligible for plan in problem.pools.values()))
     free_any = sum(len(topo.nodes[n].free_gpus) for n in union)
-    if len(problem.pools) > 1 and total_need > free_any:
-        reasons.append(
-            f"{problem.min_replicas} replica(s) need {total_need} GPUs across all pools; only {free_any} matching "
-            f"GPUs are free. Relax: lower minReplicas or instances, or free {total_need - free_any} GPUs."
+    if not out and len(problem.pools) > 1 and total_need > free_any:
+        out.append(
+            Conflict(
+                "replicas",
+                f"{problem.min_replicas} replica(s) need {total_need} GPUs across all pools; only {free_any} "
+                "matching GPUs are free.",
+                f"lower minReplicas or instances, or free {total_need - free_any} GPUs",
+            )
         )
     for coloc in problem.colocations:
         if not coloc.containers:
-            need = sum(problem.pools[p].size * problem.pools[p].instances for p in coloc.pools)
-            reasons.append(
-                f"{coloc.rule}: no single domain has the {need} free GPUs that requires. "
-                + _relax_hint(problem, coloc.name)
-            )
+            out.append(_colocation_conflict(problem, coloc))
     if problem.has_router and not problem.router_nodes:
-        reasons.append(
-            f"the router needs {problem.router_cpu_m}m CPU and {problem.router_memory_bytes} bytes of "
-            "memory on one node; no node has that much free"
-        )
-    return reasons
-
-
-def _relax_hint(problem: Problem, name: str) -> str:
-    if name == "transfer":
-        t = problem.spec.transfer
-        if t is not None and t.min_bandwidth_gbps:
-            best = _best_bandwidth_anywhere(problem)
-            if best <= 0:
-                return "Relax: free GPUs so that one domain can hold a whole replica's pools."
-            return (
-                f"Relax: lower transfer.minBandwidthGBps to {best:g} (what the best domain with room offers), "
-                "or free GPUs in one domain."
+        out.append(
+            Conflict(
+                "router",
+                f"the router needs {problem.router_cpu_m}m CPU and {problem.router_memory_bytes // 2**20} MiB of "
+                "memory on one node; no node has that much free.",
+                "lower router.cpu / router.memory",
             )
-        return "Relax: allow a broader transfer.maxLevel."
-    return "Relax: a broader router.near.level."
+        )
+    return out
 
 
-def _best_bandwidth_anywhere(problem: Problem) -> float:
-    """KV bandwidth of the narrowest domain that could hold a whole replica's prefill and decode."""
-    from placer import cost
-    from placer.problem import worst_figures
-
-    topo = problem.topology
-    pair = problem.transfer_pair
-    assert pair is not None
-    src, dst = problem.pools[pair[0]], problem.pools[pair[1]]
-    need = src.size * src.instances + dst.size * dst.instances
-    best = 0.0
-    memo: dict = {}
-    for dom in topo.domains.values():
-        nodes = [n for n in dom.nodes if n in src.eligible | dst.eligible]
-        if dom.level in ("node", "socket") or sum(len(topo.nodes[n].free_gpus) for n in nodes) < need:
-            continue
-        routes = [worst_figures(topo, a, nodes, memo) for a in topo.ancestors(dom.id)]
-        route = cost.best_kv_route(routes, src.size, dst.size, topo.rails_per_node)
-        best = max(best, cost.kv_bandwidth_gbps(route, src.size, dst.size, topo.rails_per_node))
-    return best
+def _colocation_conflict(problem: Problem, coloc) -> Conflict:
+    need = sum(problem.pools[p].size * problem.pools[p].instances for p in coloc.pools)
+    t = problem.spec.transfer
+    message = f"{coloc.rule}: no single domain has the {need} free GPUs this requires."
+    if coloc.name == "transfer" and t is not None and t.min_bandwidth_gbps:
+        offers = _kv_offers(problem, t.min_bandwidth_gbps)
+        if offers:
+            bw, dom = offers[0]
+            message = (
+                f"{coloc.rule}: a replica needs {need} GPUs in one domain whose KV path offers "
+                f"{t.min_bandwidth_gbps:g} GB/s; the best domain with room offers {bw:g} GB/s ({dom})."
+            )
+    return Conflict(_rule_field(coloc.name), message, _relaxation(problem, _rule_name(coloc.name)))
 
 
-def explain_infeasible(problem: Problem) -> list[str]:
-    reasons = single_rule_conflicts(problem)
-    if reasons:
-        return reasons
-    return deletion_filter(problem)
+def _rule_name(colocation: str) -> str:
+    return "transfer floor" if colocation == "transfer" else "router proximity"
 
 
-def _relaxed(problem: Problem, drop: set[str]) -> Problem:
-    from placer.problem import build_problem
-
-    spec = problem.spec
-    update: dict = {}
-    if "transfer floor" in drop and spec.transfer is not None:
-        update["transfer"] = spec.transfer.model_copy(update={"min_bandwidth_gbps": None, "max_level": None})
-    if "router proximity" in drop and spec.router is not None:
-        update["router"] = spec.router.model_copy(update={"near": None})
-    if "replica spread" in drop:
-        update["spread"] = None
-    if "minReplicas" in drop:
-        update["min_replicas"] = min(1, spec.replicas_floor)
-    return build_problem(spec.model_copy(update=update), problem.topology)
+def _rule_field(colocation: str) -> str:
+    return "transfer" if colocation == "transfer" else "router.near.level"
 
 
-def _feasible(problem: Problem) -> bool:
+# ---- phase 2: a deletion filter over the relaxable rules ---------------------------------------------
+
+
+RELAXABLE = ("transfer floor", "router proximity", "replica spread", "minReplicas")
+
+
+def _with(spec: ServingTopology, rule: str, value) -> ServingTopology:
+    """The spec with one rule dropped (value None) or set to a milder value."""
+    if rule == "transfer floor":
+        assert spec.transfer is not None
+        update = {"min_bandwidth_gbps": None, "max_level": None} if value is None else value
+        return spec.model_copy(update={"transfer": spec.transfer.model_copy(update=update)})
+    if rule == "router proximity":
+        assert spec.router is not None and spec.router.near is not None
+        near = None if value is None else spec.router.near.model_copy(update={"level": value})
+        return spec.model_copy(update={"router": spec.router.model_copy(update={"near": near})})
+    if rule == "replica spread":
+        spread = None if value is None else spec.spread.model_copy(update={"level": value})  # type: ignore[union-attr]
+        return spec.model_copy(update={"spread": spread})
+    return spec.model_copy(update={"min_replicas": min(1, spec.replicas_floor) if value is None else value})
+
+
+def _feasible(spec: ServingTopology, problem: Problem) -> bool:
     from ortools.sat.python import cp_model
 
     from placer.cpsat.model import PlacementModel
 
-    pm = PlacementModel(problem)
+    relaxed = build_problem(spec, problem.topology)
+    if single_rule_conflicts(relaxed):
+        return False
+    pm = PlacementModel(relaxed)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = 10
-    solver.parameters.num_workers = 2
+    solver.parameters.num_workers = 1
     solver.parameters.cp_model_probing_level = 0
+    solver.parameters.symmetry_level = 0
     return solver.solve(pm.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
-def _present(problem: Problem) -> list[str]:
-    spec = problem.spec
+def _present(spec: ServingTopology) -> list[str]:
     out = []
     if spec.transfer is not None and (spec.transfer.min_bandwidth_gbps or spec.transfer.max_level):
         out.append("transfer floor")
@@ -172,32 +274,122 @@ def _present(problem: Problem) -> list[str]:
     return out
 
 
-def deletion_filter(problem: Problem) -> list[str]:
-    """Keep only the relaxable rules needed for infeasibility (a deletion filter: drop each rule in turn and
-    keep it dropped when the rest is still infeasible)."""
-    present = _present(problem)
-    if _feasible(_relaxed(problem, set(present))) is False:
+def deletion_filter(problem: Problem) -> list[Conflict]:
+    """Keep only the relaxable rules needed for infeasibility: drop each in turn and keep it dropped when
+    the rest is still infeasible. The survivors conflict together; dropping any one of them fits."""
+    spec = problem.spec
+    present = _present(spec)
+    everything_off = spec
+    for rule in present:
+        everything_off = _with(everything_off, rule, None)
+    if not _feasible(everything_off, problem):
         return [
-            "the pools' GPU needs cannot be packed together on the free GPUs at their required levels "
-            "(each pool fits on its own, but not all of them at once)"
+            Conflict(
+                "pools",
+                "the pools' TP groups cannot be packed together on the free GPUs at their required levels "
+                "(each pool fits on its own, but not all of them at once).",
+                "lower instances or minReplicas, allow broader placement.required levels, or free GPUs",
+            )
         ]
     needed = list(present)
     for rule in present:
         keep = [r for r in needed if r != rule]
-        if not _feasible(_relaxed(problem, set(present) - set(keep))):
+        trial = spec
+        for r in present:
+            if r not in keep:
+                trial = _with(trial, r, None)
+        if not _feasible(trial, problem):
             needed = keep
-    return [_describe(problem, rule) for rule in needed] + [
-        "these rules cannot all hold together; dropping any one of them makes a placement possible"
-    ]
+    out = [Conflict(_field(rule), _describe(problem, rule), _relaxation(problem, rule)) for rule in needed]
+    if len(out) > 1:
+        out.append(
+            Conflict(
+                "", "these rules cannot all hold together; relaxing any one of them makes a placement possible.", None
+            )
+        )
+    return out
+
+
+def _field(rule: str) -> str:
+    return {
+        "transfer floor": "transfer",
+        "router proximity": "router.near.level",
+        "replica spread": "spread.level",
+        "minReplicas": "minReplicas",
+    }[rule]
 
 
 def _describe(problem: Problem, rule: str) -> str:
     spec = problem.spec
     if rule == "transfer floor":
-        return next(c.rule for c in problem.colocations if c.name == "transfer")
+        return next(c.rule for c in problem.colocations if c.name == "transfer") + "."
     if rule == "router proximity":
-        return next(c.rule for c in problem.colocations if c.name == "router")
+        return next(c.rule for c in problem.colocations if c.name == "router") + "."
     if rule == "replica spread":
         assert spec.spread is not None
-        return f"{spec.replicas_floor} replicas each in a different {spec.spread.level}"
-    return f"minReplicas {spec.replicas_floor}"
+        return f"{spec.replicas_floor} replicas, each in a different {spec.spread.level}."
+    return f"minReplicas {spec.replicas_floor}: that many complete replicas."
+
+
+# ---- the mildest relaxation that fits ----------------------------------------------------------------
+
+
+def _relaxation(problem: Problem, rule: str) -> str | None:
+    """The mildest change to one rule that a solve confirms makes the request feasible."""
+    spec = problem.spec
+    if rule == "transfer floor":
+        t = spec.transfer
+        assert t is not None
+        if t.min_bandwidth_gbps:
+            for floor in _floor_steps(problem, t.min_bandwidth_gbps):
+                if _feasible(_with(spec, rule, {"min_bandwidth_gbps": floor}), problem):
+                    return f"lower transfer.minBandwidthGBps to {floor:g} (the best path a feasible placement offers)"
+        if t.max_level:
+            for level in LEVELS[LEVEL_RANK[t.max_level] + 1 :]:
+                if _feasible(_with(spec, rule, {"max_level": level}), problem):
+                    return f"allow transfer.maxLevel: {level}"
+        return "drop the transfer requirement, or free GPUs so one domain can hold a whole replica"
+    if rule == "router proximity":
+        assert spec.router is not None and spec.router.near is not None
+        for level in LEVELS[LEVEL_RANK[spec.router.near.level] + 1 :]:
+            if _feasible(_with(spec, rule, level), problem):
+                return f"allow router.near.level: {level}"
+        return "drop router.near"
+    if rule == "replica spread":
+        assert spec.spread is not None
+        for level in reversed(LEVELS[: LEVEL_RANK[spec.spread.level]]):
+            if level != "socket" and _feasible(_with(spec, rule, level), problem):
+                return f"spread across {level} instead of {spec.spread.level}"
+        return "drop spread"
+    for k in range(spec.replicas_floor - 1, 0, -1):
+        if _feasible(_with(spec, rule, k), problem):
+            return f"lower minReplicas to {k}"
+    return None
+
+
+def _floor_steps(problem: Problem, floor: float) -> list[float]:
+    """Candidate floors below the requested one: the KV bandwidths that domains with room offer, highest
+    first (a floor between two of them is equivalent to the lower one)."""
+    return sorted({bw for bw, _ in _kv_offers(problem, floor)}, reverse=True)
+
+
+def _kv_offers(problem: Problem, floor: float) -> list[tuple[float, str]]:
+    """(KV bandwidth, domain) for every domain with room for a replica's transfer pools whose path is
+    slower than ``floor``, best first."""
+    from placer.problem import containers_for
+
+    spec = problem.spec
+    relaxed = build_problem(_with(spec, "transfer floor", None), problem.topology)
+    pair = relaxed.transfer_pair
+    if pair is None:
+        return []
+    offered: list[tuple[float, str]] = []
+
+    def record(dom, bw: float | None) -> bool:
+        if bw is not None and bw < floor:
+            offered.append((bw, dom.id))
+        return False
+
+    containers_for(relaxed, pair, record, {}, kv=True)
+    topo = problem.topology
+    return sorted(offered, key=lambda o: (-o[0], topo.order[o[1]]))

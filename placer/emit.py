@@ -191,8 +191,18 @@ def _router(spec: ServingTopology, topo: Topology, replica: int, node: str) -> l
     ]
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """No anchors or aliases: a shared dict is written out in full at each place (readers such as placer's
+    own loader, and reviewers, get plain YAML)."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
 def to_yaml(docs: list[dict]) -> str:
-    return "".join("---\n" + yaml.safe_dump(d, sort_keys=True, default_flow_style=False, width=1000) for d in docs)
+    return "".join(
+        "---\n" + yaml.dump(d, Dumper=_PlainDumper, sort_keys=True, default_flow_style=False, width=1000) for d in docs
+    )
 
 
 def to_json_list(docs: list[dict]) -> str:
@@ -217,4 +227,4 @@ def placement_text(placement: Placement, path: Path, spec: ServingTopology) -> s
     record = placement.to_record(spec_record(spec))
     if path.suffix.lower() == ".json":
         return json.dumps(record, indent=2, sort_keys=True) + "\n"
-    return yaml.safe_dump(record, sort_keys=True, default_flow_style=False)
+    return yaml.dump(record, Dumper=_PlainDumper, sort_keys=True, default_flow_style=False)

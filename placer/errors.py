@@ -21,9 +21,10 @@ class InfeasibleError(PlacerError):
 
     exit_code = 1
 
-    def __init__(self, message: str, reasons: list[str] | None = None):
+    def __init__(self, message: str, reasons: list[str] | None = None, conflicts: list | None = None):
         super().__init__(message)
         self.reasons = reasons or []
+        self.conflicts = conflicts or []  # placer.conflicts.Conflict, for explain --why-not
 
 
 class VerificationError(PlacerError):

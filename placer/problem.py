@@ -294,7 +294,7 @@ def _check_pool_fits(topo: Topology, name: str, pool: Pool, eligible: frozenset[
         )
 
 
-def _containers(problem: Problem, pools: tuple[str, ...], allowed, memo: dict, kv: bool) -> tuple[Container, ...]:
+def containers_for(problem: Problem, pools: tuple[str, ...], allowed, memo: dict, kv: bool) -> tuple[Container, ...]:
     """Domains that can hold one replica's members of ``pools`` and pass ``allowed``, with their KV cost."""
     topo = problem.topology
     need = sum(problem.pools[p].size * problem.pools[p].instances for p in pools)
@@ -343,7 +343,7 @@ def _add_transfer(problem: Problem, memo: dict) -> None:
             return False
         return floor is None or (bw is not None and bw >= floor)
 
-    conts = _containers(problem, pair, allowed, memo, kv=True)
+    conts = containers_for(problem, pair, allowed, memo, kv=True)
     rule = f"{pair[0]} and {pair[1]} of one replica"
     if floor is not None:
         rule += f" joined by at least {floor:g} GB/s"
@@ -368,7 +368,7 @@ def _add_router(problem: Problem) -> None:
         return LEVEL_RANK[dom.level] <= LEVEL_RANK[level] and any(n in router_set for n in dom.nodes)
 
     router_set = set(problem.router_nodes)
-    conts = _containers(problem, (router.near.pool,), allowed, {}, kv=False)
+    conts = containers_for(problem, (router.near.pool,), allowed, {}, kv=False)
     problem.colocations.append(
         Colocation(
             "router",

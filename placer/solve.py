@@ -250,8 +250,8 @@ def _infeasible(problem: Problem, proven: bool) -> InfeasibleError:
         return InfeasibleError(
             "no placement found within the time limit (not proven impossible); raise --time-limit", []
         )
-    reasons = explain_infeasible(problem)
-    return InfeasibleError("no placement satisfies every hard constraint", reasons)
+    conflicts = explain_infeasible(problem)
+    return InfeasibleError("no placement satisfies every hard constraint", [str(c) for c in conflicts], conflicts)
 
 
 def _ignore(_line: str) -> None:

@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from placer.cli import cluster, schema, solve, validate
+from placer.cli import cluster, explain, schema, solve, validate
 
 app = typer.Typer(
     name="placer",
@@ -22,6 +22,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("solve")(solve.solve_command)
+app.command("explain")(explain.explain_command)
 app.command("validate")(validate.validate_command)
 app.command("schema")(schema.schema_command)
 app.add_typer(cluster.app, name="cluster")
@@ -31,7 +32,8 @@ def main() -> None:
     from placer.errors import InfeasibleError, PlacerError
 
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns the code of a typer.Exit instead of raising it.
+        code = app(standalone_mode=False)
     except InfeasibleError as exc:
         _err(f"infeasible: {exc}")
         for reason in exc.reasons:
@@ -53,7 +55,7 @@ def main() -> None:
             raise
         _err(f"internal error: {type(exc).__name__}: {exc} (set PLACER_DEBUG=1 for a traceback)")
         sys.exit(3)
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 def _err(text: str) -> None:

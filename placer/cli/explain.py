@@ -1,0 +1,157 @@
+"""``placer explain``: why a placement is what it is, or (``--why-not``) why none exists.
+
+The human view goes to stdout when stdout is a terminal or ``--output text`` asks for it; otherwise to
+stderr, so that ``placer explain … | tool`` never feeds a table to a tool. ``--output json`` prints the
+machine form on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+class ExplainFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+def explain_command(
+    placed: Annotated[
+        Path,
+        typer.Argument(
+            help="Placement record (--placement FILE of placer solve) or the manifests it printed; "
+            "with --why-not: the ServingTopology spec.",
+            show_default=False,
+        ),
+    ],
+    cluster_arg: Annotated[
+        Path | None, typer.Argument(metavar="[CLUSTER]", help="Cluster file (or use --cluster).", show_default=False)
+    ] = None,
+    cluster: Annotated[
+        Path | None, typer.Option("--cluster", "-c", help="Cluster file the placement was made on.")
+    ] = None,
+    why_not: Annotated[
+        bool, typer.Option("--why-not", help="Explain why SPEC does not fit CLUSTER (or show how it fits).")
+    ] = False,
+    output: Annotated[
+        ExplainFormat | None,
+        typer.Option(
+            "--output", "-o", help="text (human, to stdout) or json. Default: text, to stdout only on a terminal."
+        ),
+    ] = None,
+    svg: Annotated[
+        Path | None, typer.Option("--svg", help="Also draw racks -> nodes -> GPUs into this SVG file.")
+    ] = None,
+    baselines: Annotated[
+        bool, typer.Option("--baselines/--no-baselines", help="Compare with count-only and Kueue-style schedulers.")
+    ] = True,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds, for --why-not's solve.")] = 30.0,
+) -> None:
+    """Explain a placement: where every TP group sits, its bottleneck link and all-reduce time, the
+    prefill -> decode path, the router, each cost term, SLO checks, and what other schedulers would do.
+
+    Examples:
+
+      placer solve spec.yaml cluster.yaml --placement placed.yaml | kubectl apply -f -
+
+      placer explain placed.yaml --cluster cluster.yaml
+
+      placer explain --why-not spec.yaml cluster.yaml
+    """
+    from placer.errors import InputError
+
+    cluster_path = cluster or cluster_arg
+    if cluster_path is None:
+        raise InputError("explain: give the cluster file (--cluster cluster.yaml)")
+    if cluster is not None and cluster_arg is not None:
+        raise InputError("explain: give the cluster file once (either positional or --cluster)")
+    if svg is not None and not svg.parent.resolve().is_dir():
+        raise InputError(f"--svg {svg}: directory {svg.parent} does not exist")
+    if why_not:
+        _why_not(placed, cluster_path, output, svg, baselines, time_limit)
+    else:
+        _explain(placed, cluster_path, output, svg, baselines)
+
+
+def _explain(placed_path: Path, cluster_path: Path, output, svg: Path | None, baselines: bool) -> None:
+    from placer.errors import InputError
+    from placer.load import load_cluster, locate
+    from placer.record import load_placed
+    from placer.topology import build_topology
+
+    placed = load_placed(placed_path)
+    cluster = load_cluster(cluster_path)
+    if placed.placement.cluster and placed.placement.cluster != cluster.metadata.name:
+        raise InputError(
+            f"{placed_path}: the placement was made on cluster {placed.placement.cluster!r}, "
+            f"but {cluster_path} is {cluster.metadata.name!r}"
+        )
+    try:
+        topo = build_topology(cluster)
+    except InputError as exc:
+        raise locate(cluster_path, exc) from None
+    _show(placed.spec, topo, placed.placement, output, svg, baselines)
+
+
+def _show(spec, topo, placement, output, svg: Path | None, baselines: bool) -> None:
+    from placer.explain import explain_placement, to_json
+
+    compared = _run_baselines(spec, topo) if baselines else []
+    ex = explain_placement(spec, topo, placement, compared)
+    if svg is not None:
+        from placer.emit import write_atomic
+        from placer.svg import render_svg
+        from placer.verify import check
+
+        write_atomic(svg, render_svg(spec, topo, placement, check(spec, topo, placement)))
+    if output is ExplainFormat.json:
+        sys.stdout.write(json.dumps(to_json(ex), indent=2, sort_keys=True) + "\n")
+        return
+    from placer.explain_view import render
+
+    _console(output).print(render(ex))
+
+
+def _run_baselines(spec, topo) -> list:
+    try:
+        from placer.baselines import run_all
+    except ImportError:  # the baselines package is optional while it is being built
+        return []
+    return run_all(spec, topo)
+
+
+def _console(output):
+    """stdout when it is a terminal or text was asked for; stderr otherwise (pipes stay clean)."""
+    from rich.console import Console
+
+    to_stdout = output is ExplainFormat.text or sys.stdout.isatty()
+    stream = sys.stdout if to_stdout else sys.stderr
+    return Console(file=stream, width=None if stream.isatty() else 160, highlight=False)
+
+
+def _why_not(spec_path: Path, cluster_path: Path, output, svg: Path | None, baselines: bool, time_limit: float) -> None:
+    from placer.errors import InfeasibleError
+    from placer.pipeline import run_solve
+    from placer.solve import SolveOptions
+
+    try:
+        result = run_solve(spec_path, cluster_path, SolveOptions(time_limit_s=time_limit))
+    except InfeasibleError as exc:
+        if output is ExplainFormat.json:
+            conflicts = [{"rule": c.rule, "message": c.message, "relax": c.relax} for c in exc.conflicts]
+            if not conflicts:
+                conflicts = [{"rule": "", "message": r, "relax": None} for r in exc.reasons]
+            doc = {"apiVersion": "placer.dev/v1alpha1", "kind": "WhyNot", "fits": False, "message": str(exc)}
+            sys.stdout.write(json.dumps(doc | {"conflicts": conflicts}, indent=2, sort_keys=True) + "\n")
+            raise typer.Exit(1) from None
+        from placer.explain_view import render_conflicts
+
+        _console(output).print(render_conflicts(str(exc), exc.conflicts or exc.reasons))
+        raise typer.Exit(1) from None
+    _show(result.spec, result.topology, result.placement, output, svg, baselines)
