@@ -510,10 +510,10 @@ class _Canvas:
             rc = self.kv.get(rep.index)
             if pools is None or rc is None:
                 continue
-            ends = [
-                [_mean(self.centres[(rep.index, i.pool, i.index)]) for i in rep.instances if i.pool == pool]
-                for pool in pools
+            centres = [
+                [self.centres[(rep.index, i.pool, i.index)] for i in rep.instances if i.pool == p] for p in pools
             ]
+            ends = [[_mean(c) for c in side if c] for side in centres]
             if not all(ends):
                 continue
             g = _el(parent, "g", class_="kv-path", id=f"kv-r{rep.index}")
