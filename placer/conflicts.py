@@ -83,15 +83,15 @@ def groups_that_fit(problem: Problem, pool: str, level: str) -> tuple[int, list[
             nodes = [n for n in topo.domains[dom_id].nodes if n in plan.eligible]
             slots = sum(len(topo.nodes[n].free_gpus) // g for n in nodes)
             total += slots // (plan.node_count or 1)
-        elif plan.required in ("node", "socket") or topo.domains[dom_id].level in ("node", "socket"):
-            total += _unit_groups(problem, pool, dom_id)
+        elif level in ("node", "socket") or topo.domains[dom_id].level in ("node", "socket"):
+            total += _unit_groups(problem, pool, dom_id, level)
         else:
             total += free // plan.size
     blocks.sort(key=lambda b: (-b[0], topo.order[b[1]]))
     return total, blocks
 
 
-def _unit_groups(problem: Problem, pool: str, dom_id: str) -> int:
+def _unit_groups(problem: Problem, pool: str, dom_id: str, level: str) -> int:
     """Instances that fit one node (or socket) each, inside one domain."""
     plan = problem.pools[pool]
     topo = problem.topology
@@ -101,7 +101,7 @@ def _unit_groups(problem: Problem, pool: str, dom_id: str) -> int:
         if n not in plan.eligible:
             continue
         node = topo.nodes[n]
-        if plan.required == "socket" and len(node.sockets) > 1:
+        if level == "socket" and len(node.sockets) > 1:
             for s in node.sockets:
                 if dom.socket is None or dom.socket == s:
                     count += sum(1 for g in node.free_gpus if node.gpu(g).socket == s) // plan.size
@@ -131,9 +131,7 @@ def _packing_conflict(problem: Problem, name: str) -> Conflict | None:
         f"only {fit} such group{'s' if fit != 1 else ''} fit{'s' if fit == 1 else ''} ({largest})."
     )
     relax = []
-    for level in LEVELS[LEVEL_RANK[plan.required] + 1 :]:
-        if level == "socket":
-            continue
+    for level in _levels(problem, broader_than=plan.required):
         if groups_that_fit(problem, name, level)[0] >= need:
             relax.append(f"allow pools.{name}.placement.required: {level}")
             break
@@ -334,6 +332,16 @@ def _describe(problem: Problem, rule: str) -> str:
 # ---- the mildest relaxation that fits ----------------------------------------------------------------
 
 
+def _levels(problem: Problem, broader_than: str | None = None, narrower_than: str | None = None) -> list[str]:
+    """Levels this cluster has domains at (a level merged away everywhere means the same as its
+    neighbour), broader than one level or narrower than another, in the order to try them."""
+    present = {d.level for d in problem.topology.domains.values()} | {"spine"}
+    if broader_than is not None:
+        return [lv for lv in LEVELS[LEVEL_RANK[broader_than] + 1 :] if lv in present]
+    assert narrower_than is not None
+    return [lv for lv in reversed(LEVELS[: LEVEL_RANK[narrower_than]]) if lv in present and lv != "socket"]
+
+
 def _relaxation(problem: Problem, rule: str) -> str | None:
     """The mildest change to one rule that a solve confirms makes the request feasible."""
     spec = problem.spec
@@ -345,20 +353,20 @@ def _relaxation(problem: Problem, rule: str) -> str | None:
                 if _feasible(_with(spec, rule, {"min_bandwidth_gbps": floor}), problem):
                     return f"lower transfer.minBandwidthGBps to {floor:g} (the best path a feasible placement offers)"
         if t.max_level:
-            for level in LEVELS[LEVEL_RANK[t.max_level] + 1 :]:
+            for level in _levels(problem, broader_than=t.max_level):
                 if _feasible(_with(spec, rule, {"max_level": level}), problem):
                     return f"allow transfer.maxLevel: {level}"
         return "drop the transfer requirement, or free GPUs so one domain can hold a whole replica"
     if rule == "router proximity":
         assert spec.router is not None and spec.router.near is not None
-        for level in LEVELS[LEVEL_RANK[spec.router.near.level] + 1 :]:
+        for level in _levels(problem, broader_than=spec.router.near.level):
             if _feasible(_with(spec, rule, level), problem):
                 return f"allow router.near.level: {level}"
         return "drop router.near"
     if rule == "replica spread":
         assert spec.spread is not None
-        for level in reversed(LEVELS[: LEVEL_RANK[spec.spread.level]]):
-            if level != "socket" and _feasible(_with(spec, rule, level), problem):
+        for level in _levels(problem, narrower_than=spec.spread.level):
+            if _feasible(_with(spec, rule, level), problem):
                 return f"spread across {level} instead of {spec.spread.level}"
         return "drop spread"
     for k in range(spec.replicas_floor - 1, 0, -1):

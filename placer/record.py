@@ -137,8 +137,8 @@ def _from_record(path: Path, data: dict[str, Any]) -> Placed:
     try:
         record = PlacementRecord.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        raise InputError(f"{path}: {format_loc(err['loc'])}: {err['msg']}") from None
+        problems = [f"{format_loc(e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)[:5]]
+        raise InputError(f"{path}: not a valid Placement record: " + "; ".join(problems)) from None
     if record.spec is None:
         raise InputError(f"{path}: spec: the record carries no spec (written by an older placer); solve again")
     return Placed(record.spec, record.to_placement(), "placement record")

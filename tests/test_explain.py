@@ -1,0 +1,315 @@
+"""placer explain: the numbers it prints are the ones the solver optimised, it reads back both the placement
+record and the manifests, its JSON is stable (golden files), its links are named correctly, and
+``--why-not`` names the constraint that actually conflicts, with a relaxation a solve confirms."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from placer import cost
+from placer.conflicts import explain_infeasible
+from placer.emit import build_manifests, placement_text, to_yaml
+from placer.errors import InfeasibleError, InputError
+from placer.explain import explain_placement, to_json
+from placer.explain_view import gpu_ranges, render
+from placer.load import load_cluster, load_spec
+from placer.placement import Pod
+from placer.problem import build_problem
+from placer.record import load_placed
+from placer.solve import SolveOptions, solve
+from placer.spec import ServingTopology
+from placer.topology import build_topology
+from placer.verify import check
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "fixtures" / "specs"
+CLUSTERS = ROOT / "fixtures" / "clusters"
+GOLDEN = ROOT / "tests" / "golden"
+CASES = [
+    ("llama-70b-disagg", "dgx-h100-1024"),
+    ("llama-70b-disagg", "gb200-nvl72-1008"),
+    ("aggregated-tp8", "small-mixed"),
+    ("tp16-multinode", "dgx-h100-1024"),
+]
+
+
+def _inputs(spec_name: str, cluster_name: str):
+    spec = load_spec(SPECS / f"{spec_name}.yaml")
+    topo = build_topology(load_cluster(CLUSTERS / f"{cluster_name}.yaml"))
+    return spec, topo
+
+
+@pytest.fixture(scope="module", params=CASES, ids=["/".join(c) for c in CASES])
+def solved(request):
+    spec, topo = _inputs(*request.param)
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    return request.param, spec, topo, placement
+
+
+def test_cost_terms_add_up_to_the_solver_objective(solved):
+    _, spec, topo, placement = solved
+    solver_objective = placement.stats.objective  # straight from CP-SAT, before the checker
+    ex = explain_placement(spec, topo, placement)
+    assert not ex.violations
+    assert sum(t.units for t in ex.terms) == ex.total_units == solver_objective
+    assert sum(i.units for i in ex.instances) == next(t.units for t in ex.terms if t.name == "allReduce")
+    assert sum(x.units for x in ex.transfers) == next(t.units for t in ex.terms if t.name == "kvTransfer")
+    assert sum(t.share for t in ex.terms) == pytest.approx(1.0)
+
+
+def test_instance_figures_follow_the_cost_model(solved):
+    _, spec, topo, placement = solved
+    ex = explain_placement(spec, topo, placement)
+    for inst in ex.instances:
+        pool = spec.pools[inst.pool]
+        assert sum(len(p["gpus"]) for p in inst.pods) == pool.gpus_per_instance
+        if inst.link is None:
+            continue
+        per_call = cost.ring_allreduce_us(
+            pool.tensor_parallel, inst.message_bytes, inst.link.bandwidth_gbps, inst.link.latency_us
+        )
+        if pool.pipeline_parallel == 1:
+            assert inst.allreduce_us_per_call == pytest.approx(per_call)
+            assert inst.allreduce_us_per_pass == pytest.approx(2 * spec.model.layers * per_call)
+        assert inst.units == cost.to_units(spec.objective.all_reduce * inst.allreduce_us_per_pass)
+
+
+def test_manifests_and_record_explain_identically(solved, tmp_path):
+    _, spec, topo, placement = solved
+    report = check(spec, topo, placement)
+    record = tmp_path / "placed.yaml"
+    record.write_text(placement_text(placement, record, spec))
+    manifests = tmp_path / "manifests.yaml"
+    manifests.write_text(to_yaml(build_manifests(spec, topo, placement, report)))
+    from_record, from_manifests = load_placed(record), load_placed(manifests)
+    assert from_record.spec == from_manifests.spec == spec
+    assert from_record.placement.replicas == from_manifests.placement.replicas == placement.replicas
+    a = to_json(explain_placement(spec, topo, from_record.placement))
+    b = to_json(explain_placement(spec, topo, from_manifests.placement))
+    assert a == b
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[2]], ids=["llama-dgx1024", "aggregated-small"])
+def test_explain_json_golden(case):
+    """The JSON explain prints, baselines included, is stable: regenerate with PLACER_UPDATE_GOLDEN=1."""
+    from placer.baselines import run_all
+
+    spec, topo = _inputs(*case)
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    from placer.pipeline import verify_placement
+
+    verify_placement(spec, topo, placement)
+    got = json.dumps(to_json(explain_placement(spec, topo, placement, run_all(spec, topo))), indent=2, sort_keys=True)
+    path = GOLDEN / f"explain-{case[0]}-{case[1]}.json"
+    if os.environ.get("PLACER_UPDATE_GOLDEN"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(got + "\n")
+    assert got + "\n" == path.read_text()
+
+
+def test_links_are_named_by_class_and_measured_figures_are_credited():
+    spec, topo = _inputs("aggregated-tp8", "small-mixed")
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    ex = explain_placement(spec, topo, placement)
+    by_node = {i.pods[0]["node"]: i for i in ex.instances}
+    # dgx-b's NVLink carries a measured override (820 GB/s from nccl-tests); the A100 PCIe node's TP8 ring
+    # crosses between its two CPU sockets at 32 GB/s.
+    assert by_node["dgx-b"].link.kind == "nvlink"
+    assert by_node["dgx-b"].link.bandwidth_gbps == 820
+    assert "nccl-tests" in by_node["dgx-b"].link.measured
+    assert by_node["pcie-a"].link.kind == "cross-socket"
+    assert by_node["pcie-a"].link.bandwidth_gbps == 32
+    # 25.6x less bandwidth, twice the latency: with decode-sized messages (4 MiB) the pass is ~11x slower.
+    assert by_node["pcie-a"].allreduce_us_per_pass > 10 * by_node["dgx-b"].allreduce_us_per_pass
+
+
+def test_gb200_prefill_spans_trays_and_kv_path_is_named():
+    spec, topo = _inputs("llama-70b-disagg", "gb200-nvl72-1008")
+    ex = explain_placement(spec, topo, solve(build_problem(spec, topo), SolveOptions()))
+    prefill = [i for i in ex.instances if i.pool == "prefill"]
+    # TP8 on 4-GPU trays spans trays of one NVL72 rack (from free fragments, where they are).
+    assert all(len(i.pods) >= 2 and i.link.kind == "nvlink-domain" for i in prefill)
+    assert all(i.link.bandwidth_gbps == 600 and i.domain.startswith("nvlink-domain/") for i in prefill)
+    (transfer,) = ex.transfers
+    assert transfer.meets_floor and transfer.bandwidth_gbps >= 400
+    assert transfer.link.kind in ("nvlink", "nvlink-domain")
+
+
+def test_slo_checks_add_prompt_allreduce_and_kv_transfer():
+    spec, topo = _inputs("llama-70b-disagg", "dgx-h100-1024")
+    spec = spec.model_copy(update={"slo": spec.slo.model_copy(update={"ttft_ms": 20.0, "itl_ms": 1.0})})
+    ex = explain_placement(spec, topo, solve(build_problem(spec, topo), SolveOptions()))
+    ttft, itl = ex.slos
+    prefill_pass = max(i.allreduce_us_per_pass for i in ex.instances if i.pool == "prefill")
+    kv = ex.transfers[0].transfer_us
+    # Prefill tokens in flight default to the prompt, so the prefill pass is the prompt's forward pass.
+    assert ttft.communication_ms == pytest.approx((prefill_pass + kv) / 1000)
+    assert ttft.ok and ttft.share == pytest.approx(ttft.communication_ms / 20.0)
+    decode_pass = max(i.allreduce_us_per_pass for i in ex.instances if i.pool == "decode")
+    assert itl.communication_ms == pytest.approx(decode_pass / 1000)
+    assert not itl.ok  # 2.08 ms of all-reduce per decode step cannot fit a 1 ms ITL budget
+
+
+def test_a_broken_placement_is_explained_not_hidden():
+    spec, topo = _inputs("aggregated-tp8", "small-mixed")
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    rep = placement.replicas[0]
+    inst = rep.instances[0]
+    # Move the instance onto dgx-a, whose GPUs 2 and 5 are busy.
+    moved = replace(inst, pods=(Pod("dgx-a", tuple(range(8))),))
+    broken = replace(placement, replicas=(replace(rep, instances=(moved,)), *placement.replicas[1:]))
+    ex = explain_placement(spec, topo, broken)
+    assert any("GPU 2 on dgx-a is busy" in v for v in ex.violations)
+    text = _render_text(ex)
+    assert "the checker found broken rules" in text and "GPU 2 on dgx-a is busy" in text
+
+
+def _render_text(ex) -> str:
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(render(ex))
+    return console.export_text()
+
+
+def test_rendered_view_names_what_a_platform_engineer_looks_for():
+    from placer.baselines import run_all
+
+    spec, topo = _inputs("llama-70b-disagg", "dgx-h100-1024")
+    ex = explain_placement(spec, topo, solve(build_problem(spec, topo), SolveOptions()), run_all(spec, topo))
+    text = _render_text(ex)
+    for words in (
+        "tensor-parallel groups",
+        "NVLink (NVSwitch) in node",
+        "KV-cache transfer",
+        "InfiniBand leaf",
+        "8 × 50 = 400 GB/s",
+        "met (≥ 400 GB/s)",
+        "router",
+        "objective",
+        "counterfactual",
+        "kube-scheduler",
+        "Kueue",
+    ):
+        assert words in text, words
+
+
+def test_gpu_ranges():
+    assert gpu_ranges([0, 1, 2, 3, 6]) == "0-3,6"
+    assert gpu_ranges([7]) == "7"
+    assert gpu_ranges([1, 3, 4, 5, 7]) == "1,3-5,7"
+
+
+# ---- reading back ------------------------------------------------------------------------------------
+
+
+def test_record_without_spec_and_foreign_manifests_are_bad_input(tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text(
+        "apiVersion: placer.dev/v1alpha1\nkind: Placement\nmetadata: {name: x}\ncluster: c\n"
+        "status: {status: optimal}\nreplicas: []\n"
+    )
+    with pytest.raises(InputError, match="carries no spec"):
+        load_placed(old)
+    foreign = tmp_path / "pod.yaml"
+    foreign.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: []}\n")
+    with pytest.raises(InputError, match="not manifests placer emitted"):
+        load_placed(foreign)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(old.read_text().replace("replicas: []", "replicaz: []"))
+    with pytest.raises(InputError, match="replicaz"):
+        load_placed(typo)
+
+
+# ---- why not -----------------------------------------------------------------------------------------
+
+
+def _spec(text: str) -> ServingTopology:
+    import yaml
+
+    base = {
+        "apiVersion": "placer.dev/v1alpha1",
+        "kind": "ServingTopology",
+        "metadata": {"name": "t"},
+        "model": {"layers": 80, "hiddenSize": 8192, "kvHeads": 8, "headDim": 128},
+    }
+    return ServingTopology.model_validate(base | yaml.safe_load(text))
+
+
+def _conflicts(spec: ServingTopology, cluster: str = "small-mixed"):
+    topo = build_topology(load_cluster(CLUSTERS / f"{cluster}.yaml"))
+    problem = build_problem(spec, topo)
+    with pytest.raises(InfeasibleError):
+        solve(problem, SolveOptions(time_limit_s=10))
+    return explain_infeasible(problem)
+
+
+T = "template: {image: 'vllm/vllm-openai:v0.11.0'}"
+
+
+def test_why_not_packing_level_names_the_largest_block_and_a_broader_level():
+    spec = _spec(
+        f"pools: {{aggregated: {{instances: 2, tensorParallel: 7, gpu: {{product: NVIDIA-H100-80GB-HBM3}}, "
+        f"placement: {{required: node}}, {T}}}}}"
+    )
+    (c,) = _conflicts(spec)
+    assert c.rule == "pools.aggregated.placement.required"
+    assert c.message == (
+        "aggregated needs 2 groups of 7 GPUs, each inside one node; only 1 such group fits "
+        "(the largest free block is 8 GPUs (node/dgx-b))."
+    )
+    assert c.relax == "allow pools.aggregated.placement.required: rack"
+
+
+def test_why_not_transfer_floor_offers_the_best_feasible_floor():
+    pools = f"""
+pools:
+  prefill: {{instances: 1, tensorParallel: 4, {T}}}
+  decode: {{instances: 1, tensorParallel: 4, {T}}}
+"""
+    spec = _spec(pools + "\ntransfer: {minBandwidthGBps: 5000}")
+    (c,) = _conflicts(spec)
+    assert c.rule == "transfer"
+    # Best: both on dgx-b, 4 GPU pairs over its measured 820 GB/s NVLink = 3280 GB/s.
+    assert "the best domain with room offers 3280 GB/s (node/dgx-b)" in c.message
+    assert c.relax.startswith("lower transfer.minBandwidthGBps to 3280")
+
+
+def test_why_not_spread_and_min_replicas_conflict_together():
+    spec = _spec(
+        f"pools: {{aggregated: {{instances: 1, tensorParallel: 4, gpu: {{product: NVIDIA-H100-80GB-HBM3}}, "
+        f"placement: {{required: node}}, {T}}}}}\nreplicas: 2\nspread: {{level: rack}}"
+    )
+    conflicts = _conflicts(spec)
+    rules = [c.rule for c in conflicts if c.rule]
+    assert rules == ["spread.level", "minReplicas"]
+    assert conflicts[0].relax == "spread across node instead of rack"
+    assert conflicts[1].relax == "lower minReplicas to 1"
+    assert "cannot all hold together" in conflicts[-1].message
+
+
+def test_why_not_router_proximity_finds_the_level_that_fits():
+    spec = _spec("""
+pools:
+  aggregated:
+    instances: 1
+    tensorParallel: 8
+    placement: {required: node}
+    template: {image: 'vllm/vllm-openai:v0.11.0', resources: {requests: {cpu: '16'}}}
+router: {cpu: '220', near: {pool: aggregated, level: node}}
+""")
+    (c,) = _conflicts(spec)
+    assert c.rule == "router.near.level"
+    assert c.relax == "allow router.near.level: leaf"
+
+
+def test_why_not_gpu_selector():
+    spec = _spec(f"pools: {{aggregated: {{instances: 1, tensorParallel: 8, gpu: {{product: NVIDIA-B200}}, {T}}}}}")
+    (c,) = _conflicts(spec)
+    assert c.rule == "pools.aggregated.gpu"
+    assert "product='NVIDIA-B200'" in c.message
