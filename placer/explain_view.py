@@ -231,7 +231,12 @@ def _policy_row(pol: PolicyView, placer: PolicyView, pools: list[str]) -> list[s
         v = pol.allreduce_us_per_pass.get(p)
         cells.append("-" if v is None else fmt_us(v) + _ratio(v, placer.allreduce_us_per_pass.get(p)))
     cells.append(fmt_us(pol.kv_transfer_us) + _ratio(pol.kv_transfer_us, placer.kv_transfer_us))
-    cells.append("-" if pol.units is None else f"{pol.units:,}" + _ratio(pol.units, placer.units))
+    if pol.units is None:
+        cells.append("-")
+    elif pol.violations:
+        cells.append(f"{pol.units:,} (not comparable)")  # cheaper by breaking a hard rule proves nothing
+    else:
+        cells.append(f"{pol.units:,}" + _ratio(pol.units, placer.units))
     first = pol.violations[0] if pol.violations else ""
     first = first if len(first) <= 90 else first[:89] + "…"
     cells.append(f"[red]{len(pol.violations)}[/]: {escape(first)}" if pol.violations else "[green]none[/]")

@@ -1,0 +1,103 @@
+"""``placer explain`` through a real subprocess: where its output goes, the SVG, exit codes."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+import yaml
+from test_cli import CLUSTERS, DISAGG, SMALL, SPECS, run
+
+AGG = SPECS / "aggregated-tp8.yaml"
+
+
+@pytest.fixture(scope="module")
+def placed(tmp_path_factory):
+    out = tmp_path_factory.mktemp("placed")
+    record = out / "placed.yaml"
+    done = run("solve", AGG, SMALL, "--placement", record, "-q")
+    assert done.returncode == 0, done.stderr
+    manifests = out / "manifests.yaml"
+    manifests.write_text(done.stdout)
+    return record, manifests
+
+
+def test_human_view_goes_to_stderr_when_piped(placed):
+    record, _ = placed
+    done = run("explain", record, "--cluster", SMALL)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    assert "tensor-parallel groups" in done.stderr and "counterfactual" in done.stderr
+
+
+def test_text_when_asked_goes_to_stdout(placed):
+    record, _ = placed
+    done = run("explain", record, "--cluster", SMALL, "--output", "text", "--no-baselines")
+    assert done.returncode == 0, done.stderr
+    assert "tensor-parallel groups" in done.stdout and "counterfactual" not in done.stdout
+
+
+def test_json_from_manifests_equals_json_from_record(placed):
+    record, manifests = placed
+    a = run("explain", record, SMALL, "-o", "json")
+    b = run("explain", manifests, SMALL, "-o", "json")
+    assert a.returncode == b.returncode == 0, a.stderr + b.stderr
+    assert a.stdout == b.stdout
+    doc = json.loads(a.stdout)
+    assert doc["kind"] == "Explanation" and doc["solver"]["status"] == "optimal"
+    assert sum(t["units"] for t in doc["cost"]["terms"]) == doc["cost"]["totalUnits"] == doc["solver"]["objective"]
+
+
+def test_svg_is_written_atomically_and_well_formed(placed, tmp_path):
+    record, _ = placed
+    svg = tmp_path / "placement.svg"
+    done = run("explain", record, "-c", SMALL, "-o", "json", "--svg", svg)
+    assert done.returncode == 0, done.stderr
+    root = ET.fromstring(svg.read_text())
+    assert root.tag.endswith("svg")
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_wrong_cluster_is_bad_input(placed):
+    record, _ = placed
+    done = run("explain", record, "--cluster", CLUSTERS / "dgx-h100-1024.yaml")
+    assert done.returncode == 2
+    assert "made on cluster 'small-mixed'" in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
+def test_missing_cluster_and_garbage_input_are_bad_input(placed, tmp_path):
+    record, _ = placed
+    assert run("explain", record).returncode == 2
+    junk = tmp_path / "junk.yaml"
+    junk.write_text("kind: Pod\napiVersion: v1\nmetadata: {name: x}\n")
+    done = run("explain", junk, "-c", SMALL)
+    assert done.returncode == 2 and "not manifests placer emitted" in done.stderr
+
+
+def test_why_not_exit_codes_and_json(tmp_path):
+    spec = yaml.safe_load(DISAGG.read_text())
+    spec["transfer"]["minBandwidthGBps"] = 5000
+    strict = tmp_path / "strict.yaml"
+    strict.write_text(yaml.safe_dump(spec))
+    dgx = CLUSTERS / "dgx-h100-1024.yaml"
+    done = run("explain", "--why-not", strict, dgx, "-o", "json")
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["kind"] == "WhyNot" and doc["fits"] is False
+    (conflict,) = doc["conflicts"]
+    assert conflict["rule"] == "transfer"
+    assert conflict["relax"].startswith("lower transfer.minBandwidthGBps to 400")
+    fits = run("explain", "--why-not", DISAGG, dgx, "-o", "text", "--no-baselines")
+    assert fits.returncode == 0 and "KV-cache transfer" in fits.stdout
+
+
+def test_solve_infeasible_names_the_conflict_on_stderr(tmp_path):
+    spec = yaml.safe_load(DISAGG.read_text())
+    spec["transfer"]["minBandwidthGBps"] = 5000
+    strict = tmp_path / "strict.yaml"
+    strict.write_text(yaml.safe_dump(spec))
+    done = run("solve", strict, CLUSTERS / "dgx-h100-1024.yaml")
+    assert done.returncode == 1 and done.stdout == ""
+    assert "joined by at least 5000 GB/s" in done.stderr and "Relax: lower transfer.minBandwidthGBps" in done.stderr
