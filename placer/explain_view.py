@@ -23,10 +23,6 @@ def fmt_us(us: float | None) -> str:
     return f"{us / 1e6:.2f} s"
 
 
-def fmt_gbps(gbps: float | None) -> str:
-    return "-" if gbps is None else f"{gbps:g} GB/s"
-
-
 def fmt_bytes(n: float) -> str:
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
@@ -51,11 +47,10 @@ def gpu_ranges(gpus: list[int]) -> str:
     return ",".join(out)
 
 
-def _link(link: LinkView | None) -> str:
+def _link_name(link: LinkView | None) -> str:
     if link is None:
         return "one GPU (no all-reduce)"
-    measured = f" [measured: {link.measured}]" if link.measured else ""
-    return f"{link.label}, {fmt_gbps(link.bandwidth_gbps)}{measured}"
+    return link.label + (f" (measured: {escape(link.measured)})" if link.measured else "")
 
 
 def render(ex: Explanation) -> RenderableType:
@@ -105,6 +100,7 @@ def _instances(ex: Explanation) -> RenderableType:
     t = Table(title="tensor-parallel groups", title_justify="left", show_lines=False)
     for col in ("replica", "instance", "GPUs (node: indices)", "narrowest domain", "bottleneck link"):
         t.add_column(col)
+    t.add_column("GB/s", justify="right")
     t.add_column("all-reduce / call", justify="right")
     t.add_column("per forward pass", justify="right")
     t.add_column("preferred")
@@ -119,7 +115,8 @@ def _instances(ex: Explanation) -> RenderableType:
             f"{i.pool}-{i.index} {shape}",
             gpus,
             i.domain,
-            _link(i.link),
+            _link_name(i.link),
+            "-" if i.link is None else f"{i.link.bandwidth_gbps:g}",
             fmt_us(i.allreduce_us_per_call),
             fmt_us(i.allreduce_us_per_pass),
             pref,
@@ -144,7 +141,7 @@ def _transfers(ex: Explanation) -> RenderableType:
             str(x.replica),
             f"{x.source} → {x.target}",
             x.route_domain,
-            _link(x.link),
+            _link_name(x.link),
             f"{x.lanes} × {x.link.bandwidth_gbps:g} = {x.bandwidth_gbps:g} GB/s",
             f"{fmt_bytes(x.kv_bytes)} ({x.prompt_tokens} tokens)",
             fmt_us(x.transfer_us),
@@ -214,11 +211,15 @@ def _policies(ex: Explanation) -> RenderableType:
     for p in pools:
         t.add_column(f"{p} all-reduce / pass", justify="right")
     t.add_column("KV transfer", justify="right")
-    t.add_column("cost units", justify="right")
-    t.add_column("rules broken")
+    t.add_column("cost units", justify="right", no_wrap=True)
+    t.add_column("hard rules broken", max_width=60)
     for pol in ex.policies:
         t.add_row(*_policy_row(pol, placer, pools))
-    t.caption = "same cluster, same cost model, same checker; (n×) = times placer's figure"
+    legend = "; ".join(f"{p.name} = {p.title}" for p in ex.policies[1:])
+    t.caption = (
+        "same cluster, same cost model, same checker; (n×) = times placer's figure; "
+        f"* = breaks a hard rule, so a lower cost proves nothing.\n{legend}"
+    )
     return t
 
 
@@ -226,7 +227,7 @@ def _policy_row(pol: PolicyView, placer: PolicyView, pools: list[str]) -> list[s
     outcome = pol.outcome if pol.outcome != "placed" else f"placed {pol.replicas} replica(s)"
     if pol.outcome != "placed":
         outcome += f": {escape(pol.note)}"
-    cells = [pol.title, outcome]
+    cells = [pol.name, outcome]
     for p in pools:
         v = pol.allreduce_us_per_pass.get(p)
         cells.append("-" if v is None else fmt_us(v) + _ratio(v, placer.allreduce_us_per_pass.get(p)))
@@ -234,12 +235,12 @@ def _policy_row(pol: PolicyView, placer: PolicyView, pools: list[str]) -> list[s
     if pol.units is None:
         cells.append("-")
     elif pol.violations:
-        cells.append(f"{pol.units:,} (not comparable)")  # cheaper by breaking a hard rule proves nothing
+        cells.append(f"{pol.units:,} *")
     else:
         cells.append(f"{pol.units:,}" + _ratio(pol.units, placer.units))
     first = pol.violations[0] if pol.violations else ""
-    first = first if len(first) <= 90 else first[:89] + "…"
-    cells.append(f"[red]{len(pol.violations)}[/]: {escape(first)}" if pol.violations else "[green]none[/]")
+    more = f" (+{len(pol.violations) - 1} more)" if len(pol.violations) > 1 else ""
+    cells.append(f"[red]{escape(first)}[/]{more}" if pol.violations else "[green]none[/]")
     return cells
 
 
