@@ -41,7 +41,7 @@ LEGEND_PATHS = 16
 
 CELL, PITCH, ROW_GPUS, SOCKET_GAP, PAD = 10, 12, 8, 3, 4  # GPU cell, cell distance, cells per row, gaps
 NODE_FONT, GROUP_FONT, TOP_FONT, LEGEND_FONT = 8, 9, 10, 9
-CHAR_W = 0.6  # monospace advance per em: boxes are sized without measuring text
+CHAR_W = 0.62  # monospace advance per em: boxes are sized without measuring text
 NODE_ROWS = 16  # a rack's node boxes form columns of at most this many
 MAX_ROW_W = 1200  # other domains wrap their children at this width
 MAX_LABEL = 28  # characters of a name shown in a box (the full name is in its title)
@@ -228,6 +228,36 @@ class _GroupBox(_Box):
     children: list[Slot] = field(default_factory=list)
 
 
+class _Obstacles:
+    """Weighted rectangles hashed on a grid: how much of what is drawn a KV label would hide."""
+
+    GRID = 64
+
+    def __init__(self) -> None:
+        self.rects: list[tuple[float, float, float, float, float]] = []
+        self.grid: dict[tuple[int, int], list[int]] = defaultdict(list)
+
+    def _cells(self, x0: float, y0: float, x1: float, y1: float) -> Iterable[tuple[int, int]]:
+        g = self.GRID
+        return ((i, j) for i in range(int(x0) // g, int(x1) // g + 1) for j in range(int(y0) // g, int(y1) // g + 1))
+
+    def add(self, x0: float, y0: float, x1: float, y1: float, weight: float) -> None:
+        for cell in self._cells(x0, y0, x1, y1):
+            self.grid[cell].append(len(self.rects))
+        self.rects.append((x0, y0, x1, y1, weight))
+
+    def overlap(self, x0: float, y0: float, x1: float, y1: float) -> float:
+        seen: set[int] = set()
+        total = 0.0
+        for cell in self._cells(x0, y0, x1, y1):
+            for k in self.grid.get(cell, ()):
+                if k not in seen:
+                    seen.add(k)
+                    a, b, c, d, weight = self.rects[k]
+                    total += weight * max(0.0, min(x1, c) - max(x0, a)) * max(0.0, min(y1, d) - max(y0, b))
+        return total
+
+
 # ---------------------------------------------------------------------------------------------- the canvas
 
 
@@ -249,6 +279,7 @@ class _Canvas:
                 self.routers[self._node(rep.router).index].append(rep.index)
         self.counts = self._count()
         self.centres: dict[InstanceKey, list[tuple[float, float]]] = defaultdict(list)  # filled while drawing
+        self.obstacles = _Obstacles()  # node and summary boxes, then KV labels, as they are drawn
 
     def _node(self, name: str) -> Node:
         try:
@@ -380,13 +411,14 @@ class _Canvas:
 
     def render(self) -> str:
         body = self._plan()
-        legend = self._legend_rows()
+        legend = self._legend_rows(summarised=_has_summary(body))
         head = self._heading()
         top = 2 * (TOP_FONT + 6) + PAD
         legend_w = max(_text_w(text, LEGEND_FONT) for text, _ in legend) + 16 + 2 * PAD
         legend_h = len(legend) * (LEGEND_FONT + 5) + 2 * PAD
         width = max(9 * PAD + body.w + legend_w, max(_text_w(line, TOP_FONT + 2) for line in head) + 6 * PAD)
-        height = top + max(body.h, legend_h) + 3 * PAD
+        gutter = 2 * (LEGEND_FONT + 6) if self.kv else 0  # room for KV labels where the cluster is crowded
+        height = top + max(body.h + gutter, legend_h) + 3 * PAD
         svg = ET.Element("svg", {"xmlns": "http://www.w3.org/2000/svg"})
         for key, value in (("width", width), ("height", height), ("viewBox", f"0 0 {width} {height}")):
             svg.set(key, str(value))
@@ -396,7 +428,7 @@ class _Canvas:
         for k, line in enumerate(head):
             _el(svg, "text", line, x=3 * PAD, y=(k + 1) * (TOP_FONT + 6), font_size=TOP_FONT + 2 - 2 * k, fill=INK)
         self._draw(body, _el(svg, "g", class_="cluster"), 3 * PAD, top, body.w, body.h)
-        self._draw_paths(_el(svg, "g", class_="kv-paths"), (3 * PAD, 3 * PAD + body.w))
+        self._draw_paths(_el(svg, "g", class_="kv-paths"), (3 * PAD, top, 3 * PAD + body.w, top + body.h + gutter))
         self._draw_legend(_el(svg, "g", class_="legend"), legend, 6 * PAD + body.w, top, legend_w, legend_h)
         return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(svg, encoding="us-ascii").decode() + "\n"
 
@@ -416,6 +448,8 @@ class _Canvas:
             return
         assert isinstance(box, _SummaryBox | _GroupBox)
         summary = isinstance(box, _SummaryBox)
+        if summary:
+            self.obstacles.add(x, y, x + w, y + h, weight=0.3)
         g = _el(parent, "g", class_="summary" if summary else "domain")
         _title(g, box.title)
         frame = {"fill": SUMMARY_FILL, "stroke_dasharray": "3,2"} if summary else {"fill": "#ffffff"}
@@ -433,16 +467,22 @@ class _Canvas:
                 )
         elif isinstance(box, _GroupBox):
             _el(g, "text", box.header, x=x + PAD, y=y + PAD + box.font - 1, font_size=box.font, fill=INK)
+            self.obstacles.add(x, y, x + 2 * PAD + _text_w(box.header, box.font), y + 2 * PAD + box.font, weight=1.0)
             for child, cx, cy, cw, ch in box.children:
                 self._draw(child, g, x + cx, y + cy, cw, ch)
 
     def _draw_node(self, node: Node, parent: ET.Element, x: int, y: int, w: int, h: int) -> None:
         g = _el(parent, "g", class_="node")
+        self.obstacles.add(x, y, x + w, y + h, weight=1.0)
         c = self._node_counts(node)
         routers = ", ".join(map(str, self.routers.get(node.index, [])))
         state = "" if node.schedulable else " (unschedulable)"
         hosts = f"; router of replica {routers}" if routers else ""
-        _title(g, f"node {node.name}{state}: {c.gpus} GPUs, {c.free} free, {c.busy} busy, {c.placed} placed{hosts}")
+        product = f" {node.gpus[0].product}" if node.gpus else ""
+        _title(
+            g,
+            f"node {node.name}{state}: {c.gpus}{product} GPUs, {c.free} free, {c.busy} busy, {c.placed} placed{hosts}",
+        )
         dashed = {} if node.schedulable else {"stroke_dasharray": "2,2"}
         _el(g, "rect", x=x, y=y, width=w, height=h, rx=2, fill="#ffffff", stroke=FRAME, **dashed)
         _el(g, "text", _short(node.name), x=x + PAD, y=y + PAD + NODE_FONT - 1, font_size=NODE_FONT, fill=INK)
@@ -457,7 +497,7 @@ class _Canvas:
             _el(g, "text", "no GPUs", x=x + PAD, y=top + CELL - 2, font_size=NODE_FONT, fill="#777777")
             return
         cells = _el(g, "g", class_="gpus", stroke="#ffffff")
-        per_row = min(ROW_GPUS, len(node.gpus))
+        per_row, sockets = min(ROW_GPUS, len(node.gpus)), len(node.sockets)
         for k, gpu in enumerate(node.gpus):
             row_start = k % per_row == 0
             if row_start:
@@ -475,7 +515,7 @@ class _Canvas:
             else:
                 fill, what = FREE, "free"
             rect = _el(cells, "rect", x=cx, y=cy, width=CELL, height=CELL, fill=fill)
-            _title(rect, f"{node.name} GPU {gpu.index}: {what} ({gpu.product}, socket {gpu.socket})")
+            _title(rect, f"{node.name} GPU {gpu.index}: {what}" + (f" (socket {gpu.socket})" if sockets > 1 else ""))
             cx += PITCH
 
     def _transfer_pools(self) -> tuple[str, str] | None:
@@ -503,8 +543,9 @@ class _Canvas:
         bw = "" if rc.kv_bandwidth_gbps is None else f" \u00b7 {rc.kv_bandwidth_gbps:g} GB/s"
         return f"{self._link_class(rc, short)}{bw}" + ("" if short else f" \u00b7 {_time(rc.kv_us)} per prompt")
 
-    def _draw_paths(self, parent: ET.Element, x_range: tuple[int, int]) -> None:
-        """Per replica: spokes from each prefill instance to a hub, an arc to the decode hub, spokes out."""
+    def _draw_paths(self, parent: ET.Element, area: tuple[int, int, int, int]) -> None:
+        """Per replica: spokes from each prefill instance to a hub, an arc to the decode hub, spokes out, and
+        a label near the arc where it hides least (``area`` includes a free strip below the cluster)."""
         pools = self._transfer_pools()
         for rep in sorted(self.placement.replicas, key=lambda r: r.index):
             rc = self.kv.get(rep.index)
@@ -523,7 +564,8 @@ class _Canvas:
                 _el(g, "line", x1=a[0], y1=a[1], x2=b[0], y2=b[1], stroke=KV, stroke_width=1.5, stroke_dasharray="3,2")
             dx, dy = d[0] - s[0], d[1] - s[1]
             dist = math.hypot(dx, dy) or 1.0
-            bulge = max(24.0, 0.25 * dist) * (1 if rep.index % 2 else -1)  # replicas alternate sides
+            side = -1 if rep.index % 2 == 0 else 1  # replicas alternate sides
+            bulge = max(24.0, 0.25 * dist) * side
             cx, cy = (s[0] + d[0]) / 2 + bulge * dy / dist, (s[1] + d[1]) / 2 - bulge * dx / dist
             path = f"M{_num(s[0])},{_num(s[1])} Q{_num(cx)},{_num(cy)} {_num(d[0])},{_num(d[1])}"
             _el(g, "path", d=path, fill="none", stroke="#ffffff", stroke_width=5, stroke_opacity=0.8)
@@ -531,27 +573,36 @@ class _Canvas:
             for px, py in (s, d):
                 _el(g, "circle", cx=px, cy=py, r=3, fill=KV)
             label = f"r{rep.index} \u00b7 {self._path_words(rc, short=True)}"
-            lw = _text_w(label, LEGEND_FONT) + 2 * PAD
-            mx = 0.25 * s[0] + 0.5 * cx + 0.25 * d[0] - lw / 2  # the label sits on the arc's midpoint
-            mx = min(max(mx, x_range[0]), x_range[1] - lw)
-            my = 0.25 * s[1] + 0.5 * cy + 0.25 * d[1]
-            _el(
-                g,
-                "rect",
-                x=mx,
-                y=my - LEGEND_FONT,
-                width=lw,
-                height=LEGEND_FONT + 6,
-                rx=3,
-                fill="#ffffff",
-                fill_opacity=0.9,
-                stroke=KV,
-            )
-            _el(g, "text", label, x=mx + PAD, y=my + 2, font_size=LEGEND_FONT, fill=KV)
+            size = (_text_w(label, LEGEND_FONT) + 2 * PAD, LEGEND_FONT + 6)
+            mid = (0.25 * s[0] + 0.5 * cx + 0.25 * d[0], 0.25 * s[1] + 0.5 * cy + 0.25 * d[1])
+            lx, ly = self._label_spot(mid, (side * dy / dist, -side * dx / dist), size, area)
+            if math.hypot(lx + size[0] / 2 - mid[0], ly + size[1] / 2 - mid[1]) > size[1]:
+                _el(g, "line", x1=mid[0], y1=mid[1], x2=lx + size[0] / 2, y2=ly + size[1] / 2, stroke=KV)
+            _el(g, "rect", x=lx, y=ly, width=size[0], height=size[1], rx=3, fill="#ffffff", fill_opacity=0.9, stroke=KV)
+            _el(g, "text", label, x=lx + PAD, y=ly + LEGEND_FONT + 2, font_size=LEGEND_FONT, fill=KV)
+            self.obstacles.add(lx, ly, lx + size[0], ly + size[1], weight=4.0)
+
+    def _label_spot(
+        self, mid: tuple[float, float], normal: tuple[float, float], size: tuple[int, int], area: tuple[int, ...]
+    ) -> tuple[float, float]:
+        """Top-left of a label near an arc's midpoint, kept in ``area``: the nearest spot that hides least of
+        the boxes and labels drawn so far (a leader line joins it to the arc when it moves away)."""
+        best: tuple[float, float, float] | None = None
+        for away in (0, 16, 32, 48, 72, 104):
+            for sign in (1, -1) if away else (1,):
+                for shift in (0.0, size[0] / 2, -size[0] / 2):
+                    x = mid[0] + sign * away * normal[0] + shift - size[0] / 2
+                    y = mid[1] + sign * away * normal[1] - size[1] / 2
+                    x, y = min(max(x, area[0]), area[2] - size[0]), min(max(y, area[1]), area[3] - size[1])
+                    score = self.obstacles.overlap(x, y, x + size[0], y + size[1]) + 6 * away + 2 * abs(shift)
+                    if best is None or score < best[0]:
+                        best = (score, x, y)
+        assert best is not None
+        return best[1], best[2]
 
     # The legend: pools, instances, KV paths, key.
 
-    def _legend_rows(self) -> list[tuple[str, str | None]]:
+    def _legend_rows(self, summarised: bool) -> list[tuple[str, str | None]]:
         """(text, swatch): a colour, "" for a heading, None for no swatch, or a symbol: kv, router, summary."""
         rows: list[tuple[str, str | None]] = [("Pools", "")]
         for name, pool in self.spec.pools.items():
@@ -578,7 +629,9 @@ class _Canvas:
         rows += [("Key", ""), ("free GPU", FREE), ("busy GPU", BUSY)]
         if any(not n.schedulable for n in self.topo.nodes):
             rows.append(("GPU of an unschedulable node", CORDONED))
-        rows += [("router (R)", "router"), ("prefill -> decode KV path", "kv"), ("nothing placed: summary", "summary")]
+        rows += [("router (R)", "router")] if self.routers else []
+        rows += [("prefill -> decode KV path", "kv")] if self.kv else []
+        rows += [("nothing placed: summary", "summary")] if summarised else []
         return rows
 
     def _draw_legend(self, g: ET.Element, rows: list[tuple[str, str | None]], x: int, y: int, w: int, h: int) -> None:
@@ -620,6 +673,12 @@ class _Canvas:
 def _row_width(gpus: tuple[Gpu, ...]) -> int:
     gaps = sum(a.socket != b.socket for a, b in zip(gpus, gpus[1:], strict=False))
     return len(gpus) * PITCH - (PITCH - CELL) + gaps * SOCKET_GAP
+
+
+def _has_summary(box: _Box) -> bool:
+    if isinstance(box, _GroupBox):
+        return any(_has_summary(child) for child, *_ in box.children)
+    return isinstance(box, _SummaryBox)
 
 
 def _detailed_gpus(box: _Box) -> int:

@@ -26,7 +26,7 @@ from placer.verify import check
 ROOT = Path(__file__).resolve().parent.parent
 SPECS, CLUSTERS = ROOT / "fixtures" / "specs", ROOT / "fixtures" / "clusters"
 NS = "{http://www.w3.org/2000/svg}"
-GPU_TITLE = re.compile(r"^(?P<node>\S+) GPU (?P<gpu>\d+): (?P<what>.*) \(")
+GPU_TITLE = re.compile(r"^(?P<node>\S+) GPU (?P<gpu>\d+): (?P<what>[^(]*[^( ])( \(socket \d+\))?$")
 
 # Fits small-mixed (dgx-a has 6 free GPUs, dgx-b 8, pcie-a 8, pcie-b 7): 2 replicas x (TP4 + 2 x TP2).
 SMALL_DISAGG = """\
