@@ -347,7 +347,8 @@ def _relaxation(problem: Problem, rule: str) -> str | None:
     spec = problem.spec
     if rule == "transfer floor":
         t = spec.transfer
-        assert t is not None
+        if t is None:  # the implicit prefill -> decode pairing has no floor to lower
+            return "free GPUs so that one domain can hold a whole replica's transfer pools"
         if t.min_bandwidth_gbps:
             for floor in _floor_steps(problem, t.min_bandwidth_gbps):
                 if _feasible(_with(spec, rule, {"min_bandwidth_gbps": floor}), problem):
