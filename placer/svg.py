@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from placer.placement import Placement
 from placer.spec import ServingTopology
 from placer.topology import Gpu, Node, Topology
-from placer.verify import ReplicaCost, Report
+from placer.verify import ReplicaCost, Report, check
 
 DETAIL_GPUS = 2048  # clusters up to this size are drawn whole; above it, the GPUs drawn in detail
 DETAIL_NODES = 512
@@ -98,8 +98,6 @@ def render_svg(spec: ServingTopology, topo: Topology, placement: Placement, repo
         domains are ``<g class="summary">``. Same inputs, same text.
     """
     if report is None:
-        from placer.verify import check
-
         report = check(spec, topo, placement)
     return _Canvas(spec, topo, placement, report).render()
 
@@ -266,17 +264,19 @@ class _Canvas:
 
     def __init__(self, spec: ServingTopology, topo: Topology, placement: Placement, report: Report) -> None:
         self.spec, self.topo, self.placement = spec, topo, placement
-        self.colours = instance_colours(spec, placement)
         self.kv = {rc.replica: rc for rc in report.replicas if rc.kv_path is not None}
         self.owner: dict[tuple[int, int], InstanceKey] = {}  # (node index, GPU index) -> instance
         self.routers: dict[int, list[int]] = defaultdict(list)  # node index -> replicas whose router it hosts
         for rep in sorted(placement.replicas, key=lambda r: r.index):
             for inst in rep.instances:
+                if inst.pool not in spec.pools:
+                    raise ValueError(f"the placement names pool {inst.pool!r}, which is not in the spec")
                 for pod in inst.pods:
                     node = self._node(pod.node)
                     self.owner.update({(node.index, g): (rep.index, inst.pool, inst.index) for g in pod.gpus})
             if rep.router is not None:
                 self.routers[self._node(rep.router).index].append(rep.index)
+        self.colours = instance_colours(spec, placement)
         self.counts = self._count()
         self.centres: dict[InstanceKey, list[tuple[float, float]]] = defaultdict(list)  # filled while drawing
         self.obstacles = _Obstacles()  # node and summary boxes, then KV labels, as they are drawn
@@ -437,7 +437,7 @@ class _Canvas:
         gpus = len(self.owner)
         cost = "" if st.objective is None else f", cost {st.objective} units"
         return [
-            f"{pl.deployment} ({pl.namespace}) on {self.topo.name}",
+            f"{_short(pl.deployment, 64)} ({_short(pl.namespace, 64)}) on {_short(self.topo.name, 64)}",
             f"{len(pl.replicas)}/{self.spec.replicas} replica(s), {gpus} GPUs placed; {st.status}{cost}; "
             f"cluster {self.counts[self.topo.root].words()}",
         ]

@@ -266,12 +266,13 @@ def test_names_are_escaped() -> None:
             "nodes": [
                 {"name": "gpu-a.example.com", "class": "g", "rack": "r1"},
                 {"name": "gpu-b.example.com", "class": "g", "rack": "r1", "busy": [1]},
+                {"name": "gpu-c.example.com", "class": "g", "rack": "r1", "busy": [0], "schedulable": False},
             ],
         }
     )
     # Bypass validation (model_copy does not validate) to reach the renderer with a hostile node name.
     cluster = cluster.model_copy(
-        update={"nodes": [cluster.nodes[0].model_copy(update={"name": HOSTILE}), cluster.nodes[1]]}
+        update={"nodes": [cluster.nodes[0].model_copy(update={"name": HOSTILE}), *cluster.nodes[1:]]}
     )
     topo = build_topology(cluster)
     spec = load_spec(SPECS / "llama-70b-disagg.yaml")
@@ -309,10 +310,27 @@ def test_names_are_escaped() -> None:
     cells = _cells(root)
     assert cells[(shown, 0)][0][1] == f"replica 0 {pre}-0"
     assert cells[("gpu-b.example.com", 2)][0][1] == f"replica 0 {dec}-0"
+    assert cells[("gpu-b.example.com", 1)] == [(svg.BUSY, "busy")]
+    assert cells[("gpu-c.example.com", 0)] == [(svg.BUSY, "busy")]
+    assert cells[("gpu-c.example.com", 1)] == [(svg.CORDONED, "node unschedulable")]
     texts = {t.text for t in root.iter(f"{NS}title")} | {t.text for t in root.iter(f"{NS}text")}
     assert "placement of dep<x>& on tiny" in texts
     assert any(t and shown in t for t in texts)
     assert len(_groups(root, "kv-path")) == 1
+
+
+def test_unknown_pool_is_refused(small: SolveResult) -> None:
+    rep = small.placement.replicas[0]
+    renamed = InstancePlacement("nope", 0, rep.instances[0].pods, rep.instances[0].domain)
+    placement = Placement(
+        small.placement.deployment,
+        small.placement.namespace,
+        small.placement.cluster,
+        (ReplicaPlacement(0, (renamed, *rep.instances[1:]), rep.router),),
+        small.placement.stats,
+    )
+    with pytest.raises(ValueError, match="names pool 'nope', which is not in the spec"):
+        render_svg(small.spec, small.topology, placement, small.report)
 
 
 def test_unknown_node_is_refused(small: SolveResult) -> None:
