@@ -138,25 +138,20 @@ class Context:
     def pod_fits(self, state: State, node: int, cpu_m: int, memory_bytes: int) -> bool:
         return state.cpu[node] >= cpu_m and state.mem[node] >= memory_bytes
 
-    def spread_domains(self, pods: Gpus) -> set[str]:
-        """Spread-level domains these GPUs touch (the rule the checker applies)."""
+    def spread_domains(self, pods: Gpus) -> set[str | None]:
+        """Spread-level domains these GPUs touch, as the checker counts them (None for a GPU with no domain
+        that narrow, e.g. a GPU of an NVLink node under socket-level spread)."""
         if self.spec.spread is None:
             return set()
-        out = set()
-        for n, gpus in pods:
-            for g in gpus:
-                d = self.scope(self.home_of[n][g], self.spec.spread.level)
-                out.add(d if d is not None else self.home_of[n][g])
-        return out
+        level = self.spec.spread.level
+        return {self.scope(self.home_of[n][g], level) for n, gpus in pods for g in gpus}
 
     def blocked(self, state: State, node: int, gpu: int) -> bool:
         """True when spread forbids this GPU: an earlier replica already uses its spread-level domain."""
         if not state.spread_used:
             return False
         assert self.spec.spread is not None
-        home = self.home_of[node][gpu]
-        d = self.scope(home, self.spec.spread.level)
-        return (d if d is not None else home) in state.spread_used
+        return self.scope(self.home_of[node][gpu], self.spec.spread.level) in state.spread_used
 
 
 class State:
@@ -166,7 +161,7 @@ class State:
         self.free: list[list[int]] = [list(n.free_gpus) for n in topo.nodes]  # empty when unschedulable
         self.cpu: list[int] = [n.cpu_free_m for n in topo.nodes]
         self.mem: list[int] = [n.memory_free_bytes for n in topo.nodes]
-        self.spread_used: set[str] = set()
+        self.spread_used: set[str | None] = set()
         self._journal: list[tuple[int, tuple[int, ...], int, int]] = []
 
     def take(self, node: int, gpus: list[int], cpu_m: int, memory_bytes: int) -> None:

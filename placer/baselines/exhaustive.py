@@ -60,13 +60,14 @@ def _usable(ctx: Context, state: State, pool: PoolDemand, n: int) -> list[int]:
 
 
 def _by_scope(ctx: Context, state: State, pool: PoolDemand, level: str) -> dict[str, list[tuple[int, int]]]:
-    """Usable GPUs grouped by the domain at ``level`` that holds them, sorted by (node, GPU)."""
+    """Usable GPUs grouped by the domain at ``level`` that holds them, sorted by (node, GPU). A GPU with no
+    domain that narrow (an NVLink node's GPU when the level is socket) can never satisfy it: left out."""
     out: dict[str, list[tuple[int, int]]] = {}
     for n in sorted(pool.eligible):
         for x in _usable(ctx, state, pool, n):
-            home = ctx.home_of[n][x]
-            d = ctx.scope(home, level)
-            out.setdefault(d if d is not None else home, []).append((n, x))
+            d = ctx.scope(ctx.home_of[n][x], level)
+            if d is not None:
+                out.setdefault(d, []).append((n, x))
     return out
 
 
