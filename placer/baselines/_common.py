@@ -59,7 +59,7 @@ def _matches(pool: Pool, topo: Topology, node: int) -> bool:
 
 @dataclass
 class Context:
-    """Per (spec, topology): pools, GPU homes, and the partition of the cluster at every level."""
+    """Per (spec, topology): pools, GPU homes, and where every domain sits at every level."""
 
     spec: ServingTopology
     topo: Topology
@@ -67,8 +67,9 @@ class Context:
     home_of: list[dict[int, str]]  # node -> GPU index -> its narrowest domain (socket or node)
     router_cpu_m: int = 0
     router_memory_bytes: int = 0
-    _partition: dict[str, list[str]] = field(default_factory=dict)
-    _scope: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    _scopes: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    _spread_of: list[dict[int, str | None]] = field(default_factory=list)
+    single_home: list[str | None] = field(default_factory=list)  # node -> its one home, None with sockets
 
     @staticmethod
     def build(spec: ServingTopology, topo: Topology) -> Context:
@@ -98,39 +99,33 @@ class Context:
                 homes[g.index] = sid if sid in topo.domains else topo.node_domain[node.index]
             home_of.append(homes)
         ctx = Context(spec, topo, pools, home_of)
+        ctx.single_home = [next(iter(set(h.values()))) if len(set(h.values())) == 1 else None for h in home_of]
         if spec.router is not None:
             ctx.router_cpu_m = k8s.millicores(spec.router.cpu)
             ctx.router_memory_bytes = k8s.bytes_of(spec.router.memory)
+        if spec.spread is not None:
+            table = ctx.scope_table(spec.spread.level)
+            ctx._spread_of = [{g: table[h] for g, h in homes.items()} for homes in home_of]
         return ctx
 
-    def scope(self, domain: str, level: str) -> str | None:
-        """The broadest domain at ``level`` or narrower that contains ``domain`` (None if ``domain`` itself is
-        broader): the domain a pod set required at ``level`` must stay in, as Kueue sees it."""
-        key = (domain, level)
-        if key not in self._scope:
-            best = None
-            for d in self.topo.ancestors(domain):
-                if LEVEL_RANK[self.topo.domains[d].level] > LEVEL_RANK[level]:
-                    break
-                best = d
-            self._scope[key] = best
-        return self._scope[key]
+    def scope_table(self, level: str) -> dict[str, str | None]:
+        """Domain -> the broadest domain at ``level`` or narrower that contains it (None if the domain itself
+        is broader): the domain a pod set required at ``level`` must stay in, as Kueue sees it. With merged
+        domains a DGX node is its own NVLink domain, so it is its own scope at both levels."""
+        if level not in self._scopes:
+            rank, doms = LEVEL_RANK[level], self.topo.domains
+            table: dict[str, str | None] = {}
+            for d in sorted(doms, key=self.topo.order.__getitem__):  # parents before children
+                parent = doms[d].parent
+                if parent is not None and LEVEL_RANK[doms[parent].level] <= rank:
+                    table[d] = table[parent]
+                else:
+                    table[d] = d if LEVEL_RANK[doms[d].level] <= rank else None
+            self._scopes[level] = table
+        return self._scopes[level]
 
-    def partition(self, level: str) -> list[str]:
-        """The domains at ``level``: every domain no broader than it whose parent is broader, in canonical
-        order. With merged domains a DGX node is its own NVLink domain, so it appears at both levels."""
-        if level not in self._partition:
-            rank = LEVEL_RANK[level]
-            doms = self.topo.domains
-            self._partition[level] = sorted(
-                (
-                    d.id
-                    for d in doms.values()
-                    if LEVEL_RANK[d.level] <= rank and (d.parent is None or LEVEL_RANK[doms[d.parent].level] > rank)
-                ),
-                key=self.topo.order.__getitem__,
-            )
-        return self._partition[level]
+    def scope(self, domain: str, level: str) -> str | None:
+        return self.scope_table(level)[domain]
 
     def levels_up_to(self, level: str) -> list[str]:
         return [lv for lv in LEVELS if LEVEL_RANK[lv] <= LEVEL_RANK[level]]
@@ -141,17 +136,15 @@ class Context:
     def spread_domains(self, pods: Gpus) -> set[str | None]:
         """Spread-level domains these GPUs touch, as the checker counts them (None for a GPU with no domain
         that narrow, e.g. a GPU of an NVLink node under socket-level spread)."""
-        if self.spec.spread is None:
-            return set()
-        level = self.spec.spread.level
-        return {self.scope(self.home_of[n][g], level) for n, gpus in pods for g in gpus}
+        return {self._spread_of[n][g] for n, gpus in pods for g in gpus} if self._spread_of else set()
 
-    def blocked(self, state: State, node: int, gpu: int) -> bool:
-        """True when spread forbids this GPU: an earlier replica already uses its spread-level domain."""
+    def usable(self, state: State, node: int) -> list[int]:
+        """Free GPUs of ``node`` that spread allows: none whose spread-level domain an earlier replica uses."""
+        free = state.free[node]
         if not state.spread_used:
-            return False
-        assert self.spec.spread is not None
-        return self.scope(self.home_of[node][gpu], self.spec.spread.level) in state.spread_used
+            return free
+        keys = self._spread_of[node]
+        return [g for g in free if keys[g] not in state.spread_used]
 
 
 class State:

@@ -56,7 +56,7 @@ class _Shape:
 def _usable(ctx: Context, state: State, pool: PoolDemand, n: int) -> list[int]:
     if n not in pool.eligible or not ctx.pod_fits(state, n, pool.cpu_m, pool.memory_bytes):
         return []
-    return [x for x in state.free[n] if not ctx.blocked(state, n, x)]
+    return ctx.usable(state, n)
 
 
 def _by_scope(ctx: Context, state: State, pool: PoolDemand, level: str) -> dict[str, list[tuple[int, int]]]:

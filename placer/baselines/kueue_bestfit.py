@@ -55,20 +55,27 @@ def _leaf_counts(ctx: Context, state: State, g: _Group) -> dict[str, int]:
     topo = ctx.topo
     out: dict[str, int] = {}
     nodes = g.nodes if g.nodes is not None else [n.index for n in topo.nodes if n.schedulable]
+    cpu, mem, cpu_m, mem_b = state.cpu, state.mem, g.cpu_m, g.memory_bytes
     for n in nodes:
-        if not ctx.pod_fits(state, n, g.cpu_m, g.memory_bytes):
+        if cpu[n] < cpu_m or mem[n] < mem_b:
             continue
-        free = [x for x in state.free[n] if not (g.spread and ctx.blocked(state, n, x))]
+        free = ctx.usable(state, n) if g.spread else state.free[n]
+        if not free and g.per_pod:
+            continue
         if g.slots:
+            home = ctx.single_home[n]
+            if home is not None:
+                out[home] = len(free)
+                continue
+            homes = ctx.home_of[n]
             for x in free:
-                home = ctx.home_of[n][x]
-                out[home] = out.get(home, 0) + 1
+                out[homes[x]] = out.get(homes[x], 0) + 1
             continue
         fits = len(free) // g.per_pod if g.per_pod else UNBOUNDED
-        if g.cpu_m:
-            fits = min(fits, state.cpu[n] // g.cpu_m)
-        if g.memory_bytes:
-            fits = min(fits, state.mem[n] // g.memory_bytes)
+        if cpu_m:
+            fits = min(fits, cpu[n] // cpu_m)
+        if mem_b:
+            fits = min(fits, mem[n] // mem_b)
         if g.one_per_node:
             fits = min(fits, 1)
         if fits > 0:
@@ -77,13 +84,19 @@ def _leaf_counts(ctx: Context, state: State, g: _Group) -> dict[str, int]:
 
 
 def _bubble(ctx: Context, leaves: dict[str, int]) -> dict[str, int]:
-    counts: dict[str, int] = {}
+    """Phase 1 upwards: every domain's count is the sum of its leaves', moved up one level at a time."""
     doms = ctx.topo.domains
-    for leaf, v in leaves.items():
-        d: str | None = leaf
-        while d is not None:
+    counts = dict(leaves)
+    frontier = leaves
+    while frontier:
+        up: dict[str, int] = {}
+        for d, v in frontier.items():
+            parent = doms[d].parent
+            if parent is not None:
+                up[parent] = up.get(parent, 0) + v
+        for d, v in up.items():
             counts[d] = counts.get(d, 0) + v
-            d = doms[d].parent
+        frontier = up
     return counts
 
 
@@ -102,7 +115,8 @@ def _find(ctx: Context, state: State, g: _Group) -> list[tuple[str, int]]:
     chosen: str | None = None
     best, best_at = 0, ""
     for level in ctx.levels_up_to(g.required):
-        cands = sorted({d for leaf in leaves if (d := ctx.scope(leaf, level)) is not None}, key=order.__getitem__)
+        table = ctx.scope_table(level)
+        cands = sorted({table[leaf] for leaf in leaves} - {None}, key=order.__getitem__)
         if not cands:
             continue
         top = max(cands, key=lambda d: (counts[d], -order[d]))
@@ -136,9 +150,7 @@ def _take(ctx: Context, state: State, g: _Group, assignment: list[tuple[str, int
     for leaf, k in assignment:
         n = topo.domains[leaf].nodes[0]
         free = [
-            x
-            for x in state.free[n]
-            if not (g.spread and ctx.blocked(state, n, x)) and (not g.slots or ctx.home_of[n][x] == leaf)
+            x for x in (ctx.usable(state, n) if g.spread else state.free[n]) if not g.slots or ctx.home_of[n][x] == leaf
         ]
         want = k if g.slots else k * g.per_pod
         per_node.setdefault(n, []).extend(free[:want])
