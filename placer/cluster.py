@@ -70,6 +70,24 @@ class GpuGroup(_Model):
     memory_gib: float = Field(gt=0)
 
 
+class Nic(_Model):
+    """A network adapter seen in a node's topology (``placer cluster import``). Recorded for people and
+    future use: the solver reads only ``fabric.network.railsPerNode``."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+    socket: int | None = Field(default=None, ge=0, le=255, description="NUMA node the NIC hangs off.")
+    gpus: list[int] = Field(
+        default_factory=list, description="GPU indices behind the same PCIe switch (PIX/PXB): its rail."
+    )
+    bandwidth_gbps: float | None = Field(default=None, gt=0, le=10_000, description="Port speed, GB/s.")
+
+
+_ISLANDS = (
+    "GPU index groups joined by NVLink when not every GPU pair of the node is (e.g. POWER9 NV3 pairs). "
+    "Recorded, not used by the solver: such a node is modelled as PCIe."
+)
+
+
 class NodeClass(_Model):
     gpus: GpuGroup | list[GpuSpec] | None = None
     interconnect: Literal["nvlink", "pcie"] = "nvlink"
@@ -77,6 +95,8 @@ class NodeClass(_Model):
     sockets: int = Field(default=1, ge=1, le=16)
     cpu: Quantity = "64"
     memory: Quantity = "512Gi"
+    nics: list[Nic] | None = None
+    nvlink_islands: list[list[int]] | None = Field(default=None, description=_ISLANDS)
 
 
 class Used(_Model):
@@ -114,6 +134,8 @@ class NodeSpec(_Model):
     sockets: int | None = Field(default=None, ge=1, le=16)
     cpu: Quantity | None = None
     memory: Quantity | None = None
+    nics: list[Nic] | None = None
+    nvlink_islands: list[list[int]] | None = Field(default=None, description=_ISLANDS)
     busy: list[int] = Field(default_factory=list)
     used: Used = Used()
     metrics: Metrics = Metrics()

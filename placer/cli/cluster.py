@@ -1,7 +1,9 @@
-"""``placer cluster generate``: synthetic, seeded, realistically fragmented clusters."""
+"""``placer cluster generate | import | show``: synthetic clusters, clusters built from real topology sources,
+and a summary of any cluster file."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -40,3 +42,123 @@ def generate_command(
 
         write_atomic(out, text)
         print(f"wrote {out}", file=sys.stderr)
+
+
+@app.command("import")
+def import_command(
+    nodes: Annotated[
+        Path | None, typer.Option("--nodes", help="kubectl get nodes -o json (a List or one Node).")
+    ] = None,
+    pods: Annotated[
+        Path | None, typer.Option("--pods", help="kubectl get pods -A -o json: busy GPUs, used CPU/memory.")
+    ] = None,
+    topo: Annotated[
+        list[str] | None,
+        typer.Option("--topo", help="[PATTERN=]FILE: nvidia-smi topo -m output for the nodes matching PATTERN."),
+    ] = None,
+    nccl_xml: Annotated[
+        list[str] | None, typer.Option("--nccl-xml", help="[PATTERN=]FILE: NCCL topology XML (dump or hint file).")
+    ] = None,
+    nccl_tests: Annotated[
+        list[Path] | None, typer.Option("--nccl-tests", help="nccl-tests output: measured bus bandwidth.")
+    ] = None,
+    slurm: Annotated[Path | None, typer.Option("--slurm", help="Slurm topology.conf or topology.yaml.")] = None,
+    aws_topology: Annotated[
+        Path | None, typer.Option("--aws-topology", help="aws ec2 describe-instance-topology output (JSON).")
+    ] = None,
+    label_preset: Annotated[
+        str,
+        typer.Option(
+            "--label-preset",
+            help="Topology label keys: auto, none, topograph-v1..v5, aws, gke, zone (see docs/IMPORT.md).",
+        ),
+    ] = "auto",
+    level_label: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--level-label", help="LEVEL=KEY: node label naming a level's domain (nvlink-domain, rack, leaf)."
+        ),
+    ] = None,
+    gpu_product: Annotated[
+        str | None, typer.Option("--gpu-product", help="GPU product for nodes no source names (GFD style).")
+    ] = None,
+    gpu_memory_gib: Annotated[
+        float | None, typer.Option("--gpu-memory-gib", min=0.001, help="GPU memory for nodes no source reports.")
+    ] = None,
+    name: Annotated[str, typer.Option("--name", help="metadata.name of the cluster.")] = "imported",
+    strict: Annotated[bool, typer.Option("--strict", help="Fail on conflicting sources instead of reporting.")] = False,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write here (atomically) instead of stdout.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary on stderr.")] = False,
+) -> None:
+    """Build a cluster file from real topology sources and report what could not be used.
+
+    Example: placer cluster import --nodes nodes.json --pods pods.json --topo 'dgx-*=topo.txt' -o cluster.yaml
+
+    The cluster YAML goes to --out (or stdout); the summary (sources, GPUs, domains, where each field came
+    from, conflicts, what was not understood) goes to stderr.
+    """
+    from placer.errors import InputError
+    from placer.importers.document import dump_cluster
+    from placer.importers.run import ImportOptions, import_cluster
+
+    if out is not None and not out.parent.resolve().is_dir():
+        raise InputError(f"--out {out}: directory {out.parent} does not exist")
+    options = ImportOptions(
+        nodes=nodes,
+        pods=pods,
+        topo=tuple(topo or ()),
+        nccl_xml=tuple(nccl_xml or ()),
+        nccl_tests=tuple(nccl_tests or ()),
+        slurm=slurm,
+        aws_topology=aws_topology,
+        label_preset=label_preset,
+        level_labels=tuple(level_label or ()),
+        gpu_product=gpu_product,
+        gpu_memory_gib=gpu_memory_gib,
+        name=name,
+        strict=strict,
+    )
+    result = import_cluster(options)
+    text = dump_cluster(result.document)
+    if not quiet:
+        from rich.console import Console
+
+        from placer.importers.summary import console_width, render_import, summarize
+
+        Console(stderr=True, highlight=False, width=console_width(sys.stderr)).print(
+            render_import(result.report, summarize(result.spec, result.topology))
+        )
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        from placer.emit import write_atomic
+
+        write_atomic(out, text)
+        if not quiet:
+            print(f"wrote {out}", file=sys.stderr)
+
+
+@app.command("show")
+def show_command(
+    cluster: Annotated[Path, typer.Argument(help="Cluster file (YAML).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON instead of tables.")] = False,
+) -> None:
+    """Summarise a cluster file on stdout: nodes, GPUs (busy, free, per product), node classes, domains per
+    level (named, and as the solver sees them), measured overrides, fields left at their defaults."""
+    from placer.errors import InputError
+    from placer.importers.summary import console_width, render_summary, summarize
+    from placer.load import load_cluster, locate
+    from placer.topology import build_topology
+
+    spec = load_cluster(cluster)
+    try:
+        topo = build_topology(spec)
+    except InputError as exc:
+        raise locate(cluster, exc) from None
+    summary = summarize(spec, topo)
+    if as_json:
+        sys.stdout.write(json.dumps(summary.to_dict(), indent=2, sort_keys=True) + "\n")
+        return
+    from rich.console import Console
+
+    Console(highlight=False, width=console_width(sys.stdout)).print(render_summary(summary))

@@ -1,0 +1,163 @@
+"""One node's hardware as ``nvidia-smi topo -m`` or an NCCL topology file shows it, and what follows from it.
+
+Both formats reduce to the same picture: GPUs (with NUMA node and CPU affinity), a link code for every GPU
+pair and every GPU-NIC pair, and NICs. Link codes are nvidia-smi's, from nearest to farthest:
+``NV#`` (# bonded NVLinks), ``PIX`` (one PCIe switch), ``PXB`` (several PCIe switches), ``PHB`` (through the
+host bridge), ``NODE`` (between host bridges of one NUMA node), ``SYS`` (across NUMA nodes; old drivers
+printed ``SOC``). From that picture this module derives what the cluster model can hold: NVLink islands,
+whether every pair is NVLink-connected (``interconnect: nvlink``), sockets per GPU, and rails (NICs).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from placer.importers.common import Note
+
+NV = re.compile(r"^NV(\d{1,3})$")
+PCIE_CODES = ("PIX", "PXB", "PHB", "NODE", "SYS")
+NEAR = ("PIX", "PXB")  # a NIC this close to a GPU is its rail (GPUDirect RDMA through one PCIe switch tree)
+RANK = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
+
+
+def canonical(code: str) -> str:
+    """The code a modern driver prints for ``code`` (``SOC`` was renamed ``SYS``)."""
+    return "SYS" if code == "SOC" else code
+
+
+def nvlinks(code: str) -> int:
+    match = NV.match(code)
+    return int(match.group(1)) if match else 0
+
+
+def distance(code: str) -> int:
+    """Smaller is nearer; any NVLink is nearest."""
+    return 0 if nvlinks(code) else RANK.get(canonical(code), 6)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    numa: int | None = None
+    cpu_affinity: str | None = None
+    gpu_numa: int | None = None  # "GPU NUMA ID": the GPU's own memory node (Grace), not the CPU side
+    bus_id: str | None = None
+    sm: int | None = None
+    device_id: int | None = None
+
+
+@dataclass(frozen=True)
+class NicInfo:
+    name: str
+    numa: int | None = None
+    links: tuple[str, ...] = ()  # code to each GPU, in GPU order (empty when unknown)
+    bandwidth_gbps: float | None = None  # GB/s
+    kind: str | None = None  # "infiniband", "ethernet"
+
+
+@dataclass(frozen=True)
+class NodeHardware:
+    """A node's GPUs, NICs and the link code of every GPU pair (``links[(i, j)]`` with ``i < j``)."""
+
+    source: str
+    kind: str  # "nvidia-smi topo -m" or "NCCL topology XML"
+    gpus: tuple[GpuInfo, ...]
+    links: dict[tuple[int, int], str]
+    nics: tuple[NicInfo, ...] = ()
+    nvlink_known: bool = True  # False for NCCL hint files, which do not say
+    notes: tuple[Note, ...] = field(default=())
+
+    def link(self, a: int, b: int) -> str:
+        """Link code between GPU indices ``a`` and ``b`` as a modern driver prints it."""
+        if a == b:
+            return "X"
+        return canonical(self.links[(min(a, b), max(a, b))])
+
+    @property
+    def indices(self) -> list[int]:
+        return [g.index for g in self.gpus]
+
+
+def nvlink_islands(hw: NodeHardware) -> list[list[int]]:
+    """GPUs connected through NVLink, directly or via other GPUs; only groups of two or more."""
+    parent = {i: i for i in hw.indices}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for (a, b), code in sorted(hw.links.items()):
+        if nvlinks(code):
+            ra, rb = root(a), root(b)
+            parent[max(ra, rb)] = min(ra, rb)
+    groups: dict[int, list[int]] = {}
+    for i in hw.indices:
+        groups.setdefault(root(i), []).append(i)
+    return sorted((sorted(g) for g in groups.values() if len(g) > 1), key=lambda g: g[0])
+
+
+def all_pairs_nvlink(hw: NodeHardware) -> bool:
+    """Every GPU pair is NVLink-connected (an NVSwitch board or a full mesh): the node's interconnect."""
+    return len(hw.gpus) > 1 and all(nvlinks(c) for c in hw.links.values())
+
+
+def min_nvlinks(hw: NodeHardware) -> int:
+    """The narrowest NVLink bond between two GPUs of the node (0 if some pair has none)."""
+    return min((nvlinks(c) for c in hw.links.values()), default=0)
+
+
+def sockets(hw: NodeHardware) -> tuple[dict[int, int], str]:
+    """Socket (NUMA node) of every GPU and how it was found: the NUMA affinity column, else groups of equal
+    CPU affinity, else the GPU groups that ``SYS`` links separate, else one socket."""
+    if hw.gpus and all(g.numa is not None for g in hw.gpus):
+        return {g.index: g.numa for g in hw.gpus if g.numa is not None}, "NUMA affinity"
+    if hw.gpus and all(g.cpu_affinity for g in hw.gpus):
+        lists = sorted({g.cpu_affinity for g in hw.gpus if g.cpu_affinity}, key=_first_cpu)
+        return {g.index: lists.index(g.cpu_affinity or "") for g in hw.gpus}, "CPU affinity"
+    groups = _non_sys_groups(hw)
+    if len(groups) > 1:
+        return {i: n for n, group in enumerate(groups) for i in group}, "SYS links between GPU groups"
+    return {i: 0 for i in hw.indices}, "none (one socket assumed)"
+
+
+def _first_cpu(cpus: str | None) -> int:
+    match = re.match(r"\d+", cpus or "")
+    return int(match.group(0)) if match else 0
+
+
+def _non_sys_groups(hw: NodeHardware) -> list[list[int]]:
+    groups: list[list[int]] = []
+    for i in hw.indices:
+        home = next((g for g in groups if all(hw.link(i, j) != "SYS" for j in g)), None)
+        if home is None:
+            groups.append([i])
+        else:
+            home.append(i)
+    return groups
+
+
+def rails(hw: NodeHardware) -> list[str]:
+    """NICs that are the nearest NIC of at least one GPU: the ones its traffic leaves the node through."""
+    used: set[str] = set()
+    for g, _ in enumerate(hw.gpus):
+        dists = [(distance(n.links[g]), n.name) for n in hw.nics if len(n.links) == len(hw.gpus)]
+        if dists:
+            best = min(d for d, _ in dists)
+            used.update(name for d, name in dists if d == best)
+    return [n.name for n in hw.nics if n.name in used]
+
+
+def near_gpus(hw: NodeHardware, nic: NicInfo) -> list[int]:
+    """GPUs behind the same PCIe switch tree as ``nic`` (PIX/PXB)."""
+    return [g.index for g, code in zip(hw.gpus, nic.links, strict=False) if canonical(code) in NEAR]
+
+
+def nic_socket(hw: NodeHardware, nic: NicInfo, socket_of: dict[int, int]) -> int | None:
+    """The NIC's NUMA node as given, else that of the GPUs it reaches without crossing sockets."""
+    if nic.numa is not None:
+        return nic.numa
+    found = {socket_of[g.index] for g, code in zip(hw.gpus, nic.links, strict=False) if canonical(code) != "SYS"}
+    return found.pop() if len(found) == 1 else None

@@ -1,0 +1,502 @@
+"""Parsed sources -> one ``kind: Cluster`` document, with the provenance of every field and every conflict.
+
+Phase 1 fixes the node set: the Kubernetes nodes when ``--nodes`` is given (other sources only annotate
+them), else every node Slurm, the AWS topology or a ``--topo NAME=FILE`` names.
+Phase 2 applies the sources in a fixed order, later ones overriding earlier ones field by field:
+
+    defaults < Slurm < AWS instance topology < NCCL XML < nvidia-smi topo -m < Kubernetes nodes < pods
+
+Inventory files describe hardware; the live cluster comes later because it is what the scheduler will act on
+(so a GPU count from ``status.capacity`` beats one from a topology file). Every override of a different
+value is recorded as a conflict (``--strict`` makes them errors), never resolved silently. Domain names are
+compared as partitions: two sources may name the same leaf differently; they conflict only when they group
+nodes differently.
+Phase 3 derives what the model needs (NVLink GB/s from ``NV#`` and the GPU generation, sockets, rails) and
+fills the rest from documented defaults, each counted in the report. ``document.py`` then groups nodes into
+classes and validates the result; nccl-tests figures become ``overrides`` on the domain the test spanned.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from placer.errors import InputError
+from placer.importers import gpus as gpu_table
+from placer.importers import hardware as hw
+from placer.importers.aws_topology import InstanceTopology
+from placer.importers.common import Note, natural_key
+from placer.importers.k8s_nodes import LEVEL_NAMES, LabelScheme, NodesFile, domains_from_labels, kept_labels
+from placer.importers.k8s_pods import PodsFile
+from placer.importers.nccl_tests import NcclTestRun
+from placer.importers.slurm import SlurmTopology
+
+DEFAULT_PRODUCT = "unknown"
+DEFAULT_MEMORY_GIB = 1.0
+"""A GPU whose memory no source reports gets 1 GiB, so that no memory floor in a spec is met by a guess."""
+DEFAULT = "default"
+RACK_FROM_NVLINK = "its NVLink domain (placer nests each NVLink domain in one rack)"
+_GLOB = re.compile(r"[*?\[]")
+
+
+@dataclass(frozen=True)
+class HardwareFile:
+    pattern: str  # fnmatch pattern over node names ("*" for every node)
+    hardware: hw.NodeHardware
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Everything parsed, in command-line order within each kind."""
+
+    nodes: NodesFile | None = None
+    pods: PodsFile | None = None
+    hardware: tuple[HardwareFile, ...] = ()  # NCCL XML files first, then topo -m files
+    nccl_tests: tuple[NcclTestRun, ...] = ()
+    slurm: SlurmTopology | None = None
+    aws: InstanceTopology | None = None
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """User-given fallbacks (``--gpu-product``, ``--gpu-memory-gib``) for nodes no source describes."""
+
+    product: str | None = None
+    memory_gib: float | None = None
+
+
+@dataclass
+class Draft:
+    """One node while sources are applied: values and, per field, the source that gave them."""
+
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
+    origin: dict[str, str] = field(default_factory=dict)
+    domains: dict[str, dict[str, str]] = field(default_factory=dict)  # level -> source -> value
+    hardware: hw.NodeHardware | None = None
+    socket_of: dict[int, int] | None = None  # GPU index -> socket, from the hardware file
+    sm: int | None = None
+    unavailable: int = 0
+    busy: list[int] = field(default_factory=list)
+    used_cpu_m: int = 0
+    used_memory_bytes: int = 0
+
+
+@dataclass
+class Ledger:
+    """Drafts by name, the aliases other sources use for them, notes and conflicts."""
+
+    drafts: dict[str, Draft] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+    notes: list[Note] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+
+    def set(self, draft: Draft, key: str, value: Any, origin: str) -> None:
+        old = draft.values.get(key)
+        if key in draft.values and old != value and draft.origin.get(key, DEFAULT) != DEFAULT:
+            self.conflicts.append(
+                f"node {draft.name}: {key} is {_show(old)} from {draft.origin[key]} but {_show(value)} from {origin}; "
+                f"using {origin}"
+            )
+        draft.values[key] = value
+        draft.origin[key] = origin
+
+    def resolve(self, name: str) -> Draft | None:
+        found = self.aliases.get(name) or self.aliases.get(name.split(".", 1)[0])
+        return self.drafts.get(found) if found else None
+
+    def add(self, name: str) -> Draft:
+        draft = self.drafts.setdefault(name, Draft(name))
+        for alias in (name, name.split(".", 1)[0]):
+            self.aliases.setdefault(alias, name)
+        return draft
+
+
+def _show(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def apply_sources(sources: Sources, scheme: LabelScheme, defaults: Defaults) -> Ledger:
+    """Phases 1-3: the drafts of every node with values, provenance, busy GPUs and domains."""
+    ledger = Ledger()
+    _node_set(sources, ledger)
+    if sources.slurm is not None:
+        _apply_slurm(sources.slurm, ledger)
+    if sources.aws is not None:
+        _apply_aws(sources.aws, ledger)
+    for hw_file in sources.hardware:
+        _apply_hardware(hw_file, ledger, bool(sources.nodes or sources.slurm or sources.aws))
+    if sources.nodes is not None:
+        _apply_k8s(sources.nodes, scheme, ledger)
+    for draft in ledger.drafts.values():
+        _derive(draft, defaults, ledger)
+    if sources.pods is not None:
+        _apply_pods(sources.pods, ledger)
+    for draft in ledger.drafts.values():
+        _mark_busy(draft, ledger)
+        if "nvlink-domain" in draft.domains and "rack" not in draft.domains:
+            # A node without a rack is alone in its rack, so a multi-node NVLink domain needs one to nest in.
+            _domain(draft, "rack", final_domains(draft)["nvlink-domain"], RACK_FROM_NVLINK)
+    _check_partitions(ledger)
+    return ledger
+
+
+# --- phase 1: the node set --------------------------------------------------------------------------------
+
+
+def _node_set(sources: Sources, ledger: Ledger) -> None:
+    if sources.nodes is not None:
+        for node in sources.nodes.nodes:
+            ledger.add(node.name)
+            for alias in (node.labels.get("kubernetes.io/hostname"), node.instance_id):
+                if alias:
+                    ledger.aliases.setdefault(alias, node.name)
+        return
+    if sources.slurm is not None:
+        for name in sources.slurm.nodes:
+            ledger.add(name)
+    if sources.aws is not None:
+        for inst in sources.aws.instances:
+            ledger.add(inst.instance_id)
+    inventory = bool(sources.slurm or sources.aws)
+    for hw_file in sources.hardware:
+        pattern = hw_file.pattern
+        if not _GLOB.search(pattern):
+            if pattern not in ledger.drafts and inventory:
+                continue  # reported when applied: a name the inventory does not know
+            ledger.add(pattern)
+        elif not inventory:
+            if pattern != "*":
+                raise InputError(
+                    f"{hw_file.hardware.source}: pattern {pattern!r} needs --nodes, --slurm or --aws-topology to "
+                    "match node names against; give one node name instead (NAME=FILE)"
+                )
+            name = _name_from_file(hw_file.hardware.source, ledger)
+            ledger.add(name)
+            ledger.notes.append(
+                Note(
+                    hw_file.hardware.source, None, f"no node inventory given: the node is named {name!r} after the file"
+                )
+            )
+
+
+def _name_from_file(source: str, ledger: Ledger) -> str:
+    stem = re.sub(r"\.[A-Za-z0-9]+$", "", source.replace("\\", "/").rsplit("/", 1)[-1]).lower()
+    base = re.sub(r"[^a-z0-9.-]+", "-", stem).strip("-.")[:60] or "node"
+    name, k = base, 2
+    while name in ledger.drafts:
+        name, k = f"{base}-{k}", k + 1
+    return name
+
+
+# --- phase 2: sources in order ----------------------------------------------------------------------------
+
+
+def _domain(draft: Draft, level: str, value: str, origin: str) -> None:
+    draft.domains.setdefault(level, {})[origin] = value
+
+
+def _apply_slurm(slurm: SlurmTopology, ledger: Ledger) -> None:
+    origin = f"slurm ({slurm.source})"
+    unknown = []
+    for name in slurm.nodes:
+        draft = ledger.resolve(name)
+        if draft is None:
+            unknown.append(name)
+            continue
+        if name in slurm.leaf_of:
+            _domain(draft, "leaf", slurm.leaf_of[name], origin)
+        if name in slurm.nvlink_of:
+            _domain(draft, "nvlink-domain", slurm.nvlink_of[name], origin)
+    if unknown:
+        ledger.notes.append(
+            Note(slurm.source, None, f"{len(unknown)} Slurm node(s) are not cluster nodes, e.g. {unknown[0]}")
+        )
+
+
+def _apply_aws(aws: InstanceTopology, ledger: Ledger) -> None:
+    origin = f"aws-topology ({aws.source})"
+    unknown = []
+    for inst in aws.instances:
+        draft = ledger.resolve(inst.instance_id)
+        if draft is None:
+            unknown.append(inst.instance_id)
+            continue
+        if inst.leaf:
+            _domain(draft, "leaf", inst.leaf, origin)
+        if inst.instance_type and "node.kubernetes.io/instance-type" not in draft.labels:
+            draft.labels["node.kubernetes.io/instance-type"] = inst.instance_type
+    if unknown:
+        ledger.notes.append(Note(aws.source, None, f"{len(unknown)} instance(s) match no node, e.g. {unknown[0]}"))
+
+
+def _apply_hardware(hw_file: HardwareFile, ledger: Ledger, inventory: bool) -> None:
+    found = hw_file.hardware
+    origin = f"{found.kind} ({found.source})"
+    names = [n for n in ledger.drafts if fnmatch.fnmatchcase(n, hw_file.pattern)]
+    if not _GLOB.search(hw_file.pattern) and not names and ledger.resolve(hw_file.pattern):
+        names = [ledger.resolve(hw_file.pattern).name]  # type: ignore[union-attr]
+    if not names and hw_file.pattern == "*":
+        names = [n for n in ledger.drafts if not inventory]
+    if not names:
+        ledger.notes.append(Note(found.source, None, f"pattern {hw_file.pattern!r} matches no node; file not used"))
+        return
+    for name in names:
+        draft = ledger.drafts[name]
+        before = draft.hardware
+        if before is not None and _hardware_differs(before, found):
+            ledger.conflicts.append(
+                f"node {name}: {before.source} and {found.source} describe different GPUs or NVLinks; "
+                f"using {found.source}"
+            )
+        draft.hardware = found
+        ledger.set(draft, "gpus", len(found.gpus), origin)
+
+
+def _hardware_differs(a: hw.NodeHardware, b: hw.NodeHardware) -> bool:
+    """Different GPU counts, or NVLink bonds that differ where both files know NVLink."""
+    if len(a.gpus) != len(b.gpus):
+        return True
+    if not (a.nvlink_known and b.nvlink_known):
+        return False
+    return any(hw.nvlinks(a.links[k]) != hw.nvlinks(b.links.get(k, "")) for k in a.links)
+
+
+def _apply_k8s(nodes: NodesFile, scheme: LabelScheme, ledger: Ledger) -> None:
+    origin = f"kubernetes ({nodes.source})"
+    labels_origin = f"node labels ({nodes.source})"
+    found = domains_from_labels(list(nodes.nodes), scheme, nodes.source)
+    ledger.notes.extend(found.notes)
+    for node in nodes.nodes:
+        draft = ledger.drafts[node.name]
+        draft.labels.update(kept_labels(node, scheme))
+        capacity = node.gpu_capacity if node.gpu_capacity is not None or nodes.shape == "label dump" else 0
+        if capacity is not None:
+            if draft.hardware is not None and len(draft.hardware.gpus) != capacity:
+                ledger.notes.append(
+                    Note(draft.hardware.source, None, f"node {node.name}: GPU layout not used (GPU counts differ)")
+                )
+                draft.hardware = None
+            ledger.set(draft, "gpus", capacity, origin)
+            if node.gpu_allocatable is not None and node.gpu_allocatable < capacity:
+                draft.unavailable = capacity - node.gpu_allocatable
+        if node.product:
+            ledger.set(draft, "product", node.product, labels_origin)
+        if node.memory_gib:
+            ledger.set(draft, "memoryGiB", node.memory_gib, labels_origin)
+        draft.sm = node.sm or draft.sm
+        for key, value in (("cpu", node.cpu), ("memory", node.memory)):
+            if value is not None:
+                ledger.set(draft, key, value, origin)
+        if not node.schedulable:
+            ledger.set(draft, "schedulable", False, origin)
+            ledger.notes.append(Note(nodes.source, None, f"node {node.name}: {node.why_unschedulable}: unschedulable"))
+        if node.taints:
+            ledger.notes.append(
+                Note(
+                    nodes.source,
+                    None,
+                    f"node {node.name}: taints {', '.join(node.taints)} (pods placer emits carry no tolerations)",
+                )
+            )
+        replicas = node.labels.get("nvidia.com/gpu.replicas", "1")
+        strategy = node.labels.get("nvidia.com/gpu.sharing-strategy", "none")
+        if replicas not in ("", "1") or strategy not in ("", "none"):
+            ledger.notes.append(
+                Note(
+                    nodes.source,
+                    None,
+                    f"node {node.name}: GPUs shared ({strategy}, replicas {replicas}): counts are replicas",
+                )
+            )
+        for level, value in found.domains[node.name].items():
+            _domain(draft, level, value, labels_origin)
+
+
+def _apply_pods(pods: PodsFile, ledger: Ledger) -> None:
+    ledger.notes.extend(pods.notes)
+    unknown: Counter[str] = Counter()
+    for use in pods.usages:
+        draft = ledger.resolve(use.node)
+        if draft is None:
+            unknown[use.node] += 1
+            continue
+        draft.used_cpu_m += use.cpu_m
+        draft.used_memory_bytes += use.memory_bytes
+        if not use.gpus:
+            continue
+        count = draft.values.get("gpus") or 0
+        taken = set(draft.busy)
+        wanted = list(use.gpu_indices or ())
+        if wanted and all(0 <= i < count and i not in taken for i in wanted):
+            draft.busy.extend(wanted)
+        else:
+            free = [i for i in range(count) if i not in taken]
+            if len(free) < use.gpus:
+                ledger.notes.append(
+                    Note(pods.source, None, f"node {draft.name}: pods request more GPUs than its {count}; capped")
+                )
+            draft.busy.extend(free[: use.gpus])
+        draft.origin["busy"] = f"pods ({pods.source})"
+    for name, n in sorted(unknown.items()):
+        ledger.notes.append(Note(pods.source, None, f"{n} pod(s) on node {name}, which is not in the cluster"))
+
+
+def _mark_busy(draft: Draft, ledger: Ledger) -> None:
+    """GPUs the device plugin does not offer (capacity - allocatable) are busy too: the highest free ones."""
+    if not draft.unavailable:
+        return
+    count = draft.values.get("gpus") or 0
+    free = [i for i in range(count) if i not in draft.busy]
+    draft.busy.extend(free[len(free) - min(draft.unavailable, len(free)) :])
+    ledger.notes.append(
+        Note(draft.name, None, f"{draft.unavailable} GPU(s) in capacity but not allocatable: marked busy")
+    )
+
+
+# --- phase 3: derived values and defaults -----------------------------------------------------------------
+
+
+def _derive(draft: Draft, defaults: Defaults, ledger: Ledger) -> None:
+    found = draft.hardware
+    count = draft.values.get("gpus")
+    if count is None:
+        ledger.set(draft, "gpus", 0, DEFAULT)
+        count = 0
+    if not count:
+        return
+    known = next((gpu_table.PCI_DEVICES[g.device_id] for g in found.gpus if g.device_id), None) if found else None
+    if "product" not in draft.values:
+        if known:
+            ledger.set(draft, "product", known[0], "PCI device id")
+        else:
+            ledger.set(
+                draft, "product", defaults.product or DEFAULT_PRODUCT, "--gpu-product" if defaults.product else DEFAULT
+            )
+    product = draft.values["product"]
+    if "memoryGiB" not in draft.values:
+        from_name = gpu_table.memory_of_product(product)
+        if known:
+            ledger.set(draft, "memoryGiB", known[1], "PCI device id")
+        elif from_name:
+            ledger.set(draft, "memoryGiB", from_name, "product name")
+        elif defaults.memory_gib:
+            ledger.set(draft, "memoryGiB", defaults.memory_gib, "--gpu-memory-gib")
+        else:
+            ledger.set(draft, "memoryGiB", DEFAULT_MEMORY_GIB, DEFAULT)
+    sm = draft.sm or next((g.sm for g in found.gpus if g.sm), None) if found else draft.sm
+    generation = (
+        gpu_table.generation_of_sm(sm) or (known[2] if known else None) or gpu_table.generation_of_product(product)
+    )
+    _derive_links(draft, found, generation, ledger)
+
+
+def _derive_links(draft: Draft, found: hw.NodeHardware | None, generation: str | None, ledger: Ledger) -> None:
+    product = draft.values["product"]
+    origin = f"{found.kind} ({found.source})" if found else ""
+    if found is not None:
+        socket_of, how = hw.sockets(found)
+        ledger.set(draft, "sockets", len(set(socket_of.values())), f"{origin}, {how}")
+        draft.socket_of = socket_of
+    elif draft.values["gpus"] > 1:
+        ledger.set(draft, "sockets", 1, DEFAULT)
+    if draft.values["gpus"] < 2:
+        return
+    if found is not None and found.nvlink_known:
+        if hw.all_pairs_nvlink(found):
+            links = hw.min_nvlinks(found)
+            ledger.set(draft, "interconnect", "nvlink", origin)
+            rate = gpu_table.GENERATIONS[generation].name if generation else "assumed 50 GB/s per link"
+            ledger.set(draft, "nvlinkGBps", gpu_table.nvlink_gbps(links, generation), f"NV{links} x {rate}")
+            return
+        ledger.set(draft, "interconnect", "pcie", origin)
+        return
+    by_name = gpu_table.interconnect_of_product(product)
+    if by_name:
+        ledger.set(draft, "interconnect", by_name, "product name")
+    else:
+        ledger.set(draft, "interconnect", "nvlink", DEFAULT)
+    if draft.values["interconnect"] == "nvlink":
+        gen = gpu_table.GENERATIONS.get(generation or "")
+        if gen is not None:
+            ledger.set(draft, "nvlinkGBps", gen.gbps_per_link * gen.links_per_gpu, f"generation table ({gen.name})")
+        else:
+            ledger.set(draft, "nvlinkGBps", None, DEFAULT)
+
+
+# --- domains ----------------------------------------------------------------------------------------------
+
+
+def final_domains(draft: Draft) -> dict[str, str]:
+    """Per level, the value of the latest source that named one (sources were applied in order)."""
+    return {level: list(by.values())[-1] for level, by in draft.domains.items() if by}
+
+
+def _check_partitions(ledger: Ledger) -> None:
+    """Two sources conflict on a level when they group the same nodes differently (names may differ)."""
+    for level in LEVEL_NAMES:
+        origins: list[str] = []
+        for draft in ledger.drafts.values():
+            for origin in draft.domains.get(level, {}):
+                if origin not in origins:
+                    origins.append(origin)
+        for i, a in enumerate(origins):
+            for b in origins[i + 1 :]:
+                problem = _partition_difference(ledger, level, a, b)
+                if problem:
+                    ledger.conflicts.append(f"{level}: {problem}; using {b}")
+
+
+def _partition_difference(ledger: Ledger, level: str, a: str, b: str) -> str | None:
+    forward: dict[str, tuple[str, str]] = {}
+    backward: dict[str, tuple[str, str]] = {}
+    for name in sorted(ledger.drafts, key=natural_key):
+        by = ledger.drafts[name].domains.get(level, {})
+        if a not in by or b not in by:
+            continue
+        va, vb = by[a], by[b]
+        if va in forward and forward[va][0] != vb:
+            other = forward[va][1]
+            return f"{a} puts {other} and {name} together ({va!r}) but {b} separates them ({forward[va][0]!r}, {vb!r})"
+        if vb in backward and backward[vb][0] != va:
+            other = backward[vb][1]
+            return f"{b} puts {other} and {name} together ({vb!r}) but {a} separates them ({backward[vb][0]!r}, {va!r})"
+        forward.setdefault(va, (vb, name))
+        backward.setdefault(vb, (va, name))
+    return None
+
+
+def check_nesting(ledger: Ledger) -> None:
+    """Every NVLink domain inside one rack, every rack under one leaf (placer's levels nest)."""
+    chain = ("nvlink-domain", "rack", "leaf")
+    parents: dict[tuple[str, str], tuple[str, str]] = {}
+    for name in sorted(ledger.drafts, key=natural_key):
+        draft = ledger.drafts[name]
+        mine = final_domains(draft)
+        values = [mine.get(lvl, f"~{name}") for lvl in chain[:2]] + [mine.get("leaf", "default")]
+        for k in range(2):
+            child = (chain[k], values[k])
+            if child[1].startswith("~"):
+                continue
+            parent = values[k + 1]
+            seen = parents.setdefault(child, (parent, name))
+            if seen[0] != parent:
+                where = {lvl: _origin_of(draft, lvl) for lvl in chain}
+                raise InputError(
+                    f"{chain[k]} {child[1]!r} ({where[chain[k]]}) spans {chain[k + 1]}s {_lbl(seen[0])} "
+                    f"(node {seen[1]}) and {_lbl(parent)} (node {name}, {where[chain[k + 1]] or 'none given'}): "
+                    "placer's levels must nest; choose other label keys with --level-label or --label-preset"
+                )
+
+
+def _origin_of(draft: Draft, level: str) -> str:
+    by = draft.domains.get(level, {})
+    return list(by)[-1] if by else ""
+
+
+def _lbl(value: str) -> str:
+    return "none" if value.startswith("~") else repr(value)
