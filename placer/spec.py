@@ -197,6 +197,9 @@ class Router(_Model):
     cpu: Quantity = "2"
     memory: Quantity = "4Gi"
     near: RouterNear | None = None
+    start_first: bool = Field(
+        default=False, description="Start the router before the engines (Grove: every engine clique startsAfter it)."
+    )
 
     @field_validator("image")
     @classmethod
@@ -222,14 +225,84 @@ class Slo(_Model):
     itl_ms: float | None = Field(default=None, gt=0)
 
 
+class Dra(_Model):
+    """Which DRA driver publishes the GPUs (``placer solve --target dra``)."""
+
+    device_class: str = Field(default="gpu.nvidia.com", description="DeviceClass of whole GPUs.")
+    driver: str = Field(default="gpu.nvidia.com", description="Driver name: the domain of its device attributes.")
+
+    @field_validator("device_class", "driver")
+    @classmethod
+    def _subdomain(cls, v: str) -> str:
+        if len(v) > 253 or not k8s.DNS1123_SUBDOMAIN.match(v):
+            raise ValueError(f"{v!r} is not a DNS-1123 subdomain like gpu.nvidia.com")
+        return v
+
+
 class Scheduling(_Model):
-    scheduler_name: str = "scheduler-plugins-scheduler"
+    """How the gang is handed to the cluster's scheduler; docs/TARGETS.md says which target reads what."""
+
+    scheduler_name: str = Field(
+        default="scheduler-plugins-scheduler",
+        description="Pods' schedulerName; when not given, each --target uses its scheduler's own name.",
+    )
     schedule_timeout_seconds: int = Field(default=600, ge=1, le=86400)
+    queue: str | None = Field(default=None, description="KAI / Volcano queue or Kueue LocalQueue (target default).")
+    topology: str | None = Field(
+        default=None, description="KAI Topology to reference; placer emits one named placer-<cluster> otherwise."
+    )
+    topology_labels: dict[Level, str] = Field(
+        default_factory=dict,
+        description="Node label key per placer level (defaults: kubernetes.io/hostname, nvidia.com/gpu.clique, "
+        "placer.dev/rack, placer.dev/leaf).",
+    )
+    volcano_tiers: dict[Level, int] = Field(
+        default_factory=dict, description="Volcano HyperNode tier per level (default: numbered from the cluster)."
+    )
+    dra: Dra = Field(default_factory=Dra)
 
     @field_validator("scheduler_name")
     @classmethod
     def _sched(cls, v: str) -> str:
         return k8s.check_dns_label(v, "schedulerName")
+
+    @field_validator("queue", "topology")
+    @classmethod
+    def _names(cls, v: str | None) -> str | None:
+        return None if v is None else k8s.check_dns_label(v, "scheduling queue/topology name")
+
+    @field_validator("topology_labels")
+    @classmethod
+    def _label_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v.values():
+            k8s.check_label_key(key)
+        return v
+
+    @field_validator("volcano_tiers")
+    @classmethod
+    def _tiers(cls, v: dict[str, int]) -> dict[str, int]:
+        if any(not 1 <= t <= 64 for t in v.values()):
+            raise ValueError("volcanoTiers: tiers are 1-64")
+        ordered = [v[lv] for lv in LEVEL_RANK if lv in v]
+        if ordered != sorted(ordered) or len(set(ordered)) != len(ordered):
+            raise ValueError("volcanoTiers: a broader level needs a higher tier")
+        return v
+
+
+class Nccl(_Model):
+    """NCCL environment: placer picks values from the placement; ``env`` wins over them, and a pool's
+    template env wins over both."""
+
+    auto: bool = Field(default=True, description="Let placer choose NCCL settings from each instance's links.")
+    env: dict[str, str] = Field(default_factory=dict, description="Values that replace placer's choices.")
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if not k8s.ENV_NAME.match(name):
+                raise ValueError(f"nccl.env: {name!r} is not an environment variable name")
+        return v
 
 
 class ServingTopology(_Model):
@@ -247,6 +320,7 @@ class ServingTopology(_Model):
     objective: Objective = Field(default_factory=Objective)
     slo: Slo = Field(default_factory=Slo)
     scheduling: Scheduling = Field(default_factory=Scheduling)
+    nccl: Nccl = Field(default_factory=Nccl)
 
     @field_validator("pools")
     @classmethod
