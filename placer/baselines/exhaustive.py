@@ -155,15 +155,16 @@ class Enumerator:
             homes = [self.ctx.home_of[n][x] for n, x in gpus]
             rings: dict[frozenset[str], int] = {}
             self._reserve(math.comb(len(gpus), shape.per_pod))
+            cheapest: tuple[int, tuple[int, ...]] | None = None
             for c in itertools.combinations(range(len(gpus)), shape.per_pod):
                 key = frozenset(map(homes.__getitem__, c))
                 ring = rings.get(key)
                 if ring is None:
                     ring = rings[key] = self._allreduce_units(pool, [gpus[i] for i in c])
                 units = ring + sum(map(tele.__getitem__, c))
-                if best is None or units < best[0]:
-                    best = (units, c)
-            return None if best is None else (best[0], [gpus[i] for i in best[1]])
+                if cheapest is None or units < cheapest[0]:
+                    cheapest = (units, c)
+            return None if cheapest is None else (cheapest[0], [gpus[i] for i in cheapest[1]])
         for combo in self._choices(shape, gpus):
             self._reserve(1)
             units = self._allreduce_units(pool, combo) + sum(self.telemetry[n] for n, _x in combo)

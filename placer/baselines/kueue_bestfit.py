@@ -116,7 +116,7 @@ def _find(ctx: Context, state: State, g: _Group) -> list[tuple[str, int]]:
     best, best_at = 0, ""
     for level in ctx.levels_up_to(g.required):
         table = ctx.scope_table(level)
-        cands = sorted({table[leaf] for leaf in leaves} - {None}, key=order.__getitem__)
+        cands = sorted({d for leaf in leaves if (d := table[leaf]) is not None}, key=order.__getitem__)
         if not cands:
             continue
         top = max(cands, key=lambda d: (counts[d], -order[d]))
