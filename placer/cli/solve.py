@@ -16,6 +16,16 @@ class OutputFormat(StrEnum):
     json = "json"
 
 
+class Target(StrEnum):
+    coscheduling = "coscheduling"
+    kai = "kai"
+    volcano = "volcano"
+    kueue = "kueue"
+    grove = "grove"
+    lws = "lws"
+    dra = "dra"
+
+
 def solve_command(
     spec: Annotated[Path, typer.Argument(help="ServingTopology spec (YAML).")],
     cluster: Annotated[Path, typer.Argument(help="Cluster file (YAML).")],
@@ -38,6 +48,32 @@ def solve_command(
             help="CP-SAT search workers. 1 (default) is reproducible; more may pick another equal-cost optimum.",
         ),
     ] = 1,
+    target: Annotated[
+        Target,
+        typer.Option(
+            "--target",
+            "-t",
+            help="Output flavour: coscheduling (default), kai, volcano, kueue, grove, lws, dra (docs/TARGETS.md).",
+        ),
+    ] = Target.coscheduling,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Namespace of every object (overrides the spec's).")
+    ] = None,
+    nccl: Annotated[
+        bool | None,
+        typer.Option(
+            "--nccl/--no-nccl",
+            help="Add NCCL env chosen from each instance's links. Default: on for every target but coscheduling.",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print the placement summary, NCCL settings and the objects instead of manifests (text, stdout).",
+        ),
+    ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Stream the solver log to stderr.")] = False,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print nothing on stderr unless something fails.")
@@ -45,7 +81,13 @@ def solve_command(
 ) -> None:
     """Solve for an atomic, cost-minimal placement and print Kubernetes manifests.
 
-    Example: placer solve spec.yaml cluster.yaml | kubectl apply -f -
+    Examples:
+
+      placer solve spec.yaml cluster.yaml | kubectl apply -f -
+
+      placer solve spec.yaml cluster.yaml --target kai -n serving | kubectl apply -f -
+
+      placer solve spec.yaml cluster.yaml --target grove --dry-run
     """
     from placer.errors import InputError
     from placer.pipeline import run_solve
@@ -61,6 +103,18 @@ def solve_command(
         SolveOptions(time_limit_s=time_limit, workers=workers, log=stderr_log if verbose else None),
         progress=say,
     )
+    if namespace is not None:
+        _set_namespace(result, namespace)
+    if target is not Target.coscheduling or namespace is not None or nccl is not None:
+        from placer.emit import build_manifests
+
+        result.manifests = build_manifests(
+            result.spec, result.topology, result.placement, result.report, target=target.value, nccl=nccl
+        )
+    if dry_run:
+        _print_plan(result, target.value, nccl)
+        say(result.summary(time.perf_counter() - t0))
+        return
     text = result.json() if output is OutputFormat.json else result.yaml()
     if placement is not None:
         from placer.emit import placement_text, write_atomic
@@ -69,3 +123,36 @@ def solve_command(
     sys.stdout.write(text)
     sys.stdout.flush()
     say(result.summary(time.perf_counter() - t0))
+
+
+def _set_namespace(result, namespace: str) -> None:
+    """Every object, the placement record and the spec annotation explain reads get this namespace."""
+    from dataclasses import replace
+
+    from placer import k8s
+    from placer.errors import InputError
+
+    try:
+        k8s.check_dns_label(namespace, "--namespace")
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    result.spec = result.spec.model_copy(
+        update={"metadata": result.spec.metadata.model_copy(update={"namespace": namespace})}
+    )
+    result.placement = replace(result.placement, namespace=namespace)
+
+
+def _print_plan(result, target: str, nccl: bool | None) -> None:
+    """The dry run: explain's summary (no baselines), NCCL choices, the objects; plain text on stdout."""
+    from rich.console import Console
+
+    from placer.explain import explain_placement
+    from placer.explain_view import render
+    from placer.targets import DEFAULT_TARGET
+    from placer.targets.plan import render_plan
+
+    ex = render(explain_placement(result.spec, result.topology, result.placement))
+    with_nccl = (target != DEFAULT_TARGET) if nccl is None else nccl
+    view = render_plan(ex, result.spec, result.topology, result.placement, target, result.manifests, with_nccl)
+    tty = sys.stdout.isatty()
+    Console(file=sys.stdout, width=None if tty else 160, highlight=False, no_color=not tty).print(view)

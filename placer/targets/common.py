@@ -177,9 +177,15 @@ def pod_annotations(ctx: Context, replica: int, inst: InstancePlacement, pod: Po
 
 
 def engine_container(
-    ctx: Context, inst: InstancePlacement, gpus: int | None, rank: int | None, claims: list[str] | None = None
+    ctx: Context,
+    inst: InstancePlacement,
+    gpus: int | None,
+    rank: int | None,
+    claims: list[str] | None = None,
+    settings: list[nccl.Setting] | None = None,
 ) -> dict[str, Any]:
-    """The serving engine: the pool's template, ``gpus`` whole GPUs (or DRA ``claims``), placer's env."""
+    """The serving engine: the pool's template, ``gpus`` whole GPUs (or DRA ``claims``), placer's env
+    (``settings``: the NCCL values shared by several instances, when one template serves them all)."""
     t = ctx.spec.pools[inst.pool].template
     requests, limits = dict(t.resources.requests), dict(t.resources.limits)
     if gpus is not None:
@@ -189,7 +195,8 @@ def engine_container(
         env.append({"name": "PLACER_POD_RANK", "value": str(rank)})
     env.append({"name": "PLACER_INSTANCE_PODS", "value": str(len(inst.pods))})
     if ctx.nccl:
-        env += [{"name": s.name, "value": s.value} for s in nccl.instance_settings(ctx.spec, ctx.topo, inst)]
+        chosen = nccl.instance_settings(ctx.spec, ctx.topo, inst) if settings is None else settings
+        env += [{"name": s.name, "value": s.value} for s in chosen]
     resources: dict[str, Any] = {"requests": requests}
     if limits:
         resources["limits"] = limits
@@ -294,6 +301,28 @@ def router_docs(ctx: Context, rep: ReplicaPlacement, pod_labels: dict[str, str] 
         },
     }
     return [deployment, router_service(ctx, rep.index)]
+
+
+def leader_split(inst: InstancePlacement) -> tuple[int, list[int]] | None:
+    """(leader, workers) pod indices such that every worker asks for the same GPU count (one template for
+    the workers, as LeaderWorkerSet and Grove cliques need), or None when no choice of leader allows it."""
+    counts = [len(p.gpus) for p in inst.pods]
+    for leader in range(len(counts)):
+        workers = [j for j in range(len(counts)) if j != leader]
+        if len({counts[j] for j in workers}) <= 1:
+            return leader, workers
+    return None
+
+
+def anti_affinity(ctx: Context, replica: int, inst: InstancePlacement) -> dict[str, Any]:
+    """At most one pod of this instance per node: with N pods admitted to exactly N nodes, each gets one."""
+    match = {
+        "app.kubernetes.io/instance": f"{ctx.name}-r{replica}",
+        "placer.dev/pool": inst.pool,
+        "placer.dev/instance": str(inst.index),
+    }
+    term = {"labelSelector": {"matchLabels": match}, "topologyKey": HOSTNAME}
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
 
 
 def replica_pods(rep: ReplicaPlacement) -> int:
