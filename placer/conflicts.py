@@ -14,7 +14,8 @@ solve confirms it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 
 from placer.levels import LEVEL_RANK, LEVEL_WORDS, LEVELS
 from placer.problem import Problem, build_problem
@@ -26,13 +27,34 @@ class Conflict:
     rule: str  # the spec field at stake, e.g. "pools.prefill.placement.required", "transfer.minBandwidthGBps"
     message: str  # subject -> count -> limit
     relax: str | None  # what would make it fit (verified by a solve where it says so)
+    relaxable: str | None = None  # one of RELAXABLE: its relaxation is searched by solving
 
     def __str__(self) -> str:
         return self.message + (f" Relax: {self.relax}" if self.relax else "")
 
 
-def explain_infeasible(problem: Problem) -> list[Conflict]:
-    return single_rule_conflicts(problem) or deletion_filter(problem)
+class Budget:
+    """Wall-clock budget for the feasibility solves of phase 2 and of the relaxation search: explaining
+    must not take longer than solving (at 10k GPUs one feasibility solve can take seconds)."""
+
+    def __init__(self, seconds: float):
+        self.deadline = time.perf_counter() + seconds
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+
+def explain_infeasible(problem: Problem, seconds: float = 20.0) -> list[Conflict]:
+    """Phase 1, else phase 2; then a verified relaxation for every relaxable rule in the answer."""
+    budget = Budget(seconds)
+    found = single_rule_conflicts(problem) or deletion_filter(problem, budget)
+    return [_with_relaxation(problem, c, budget) for c in found]
+
+
+def _with_relaxation(problem: Problem, c: Conflict, budget: Budget) -> Conflict:
+    if c.relaxable is None:
+        return c
+    return replace(c, relax=_relaxation(problem, c.relaxable, budget))
 
 
 # ---- phase 1: rules that fail on their own ----------------------------------------------------------
@@ -209,7 +231,7 @@ def _colocation_conflict(problem: Problem, coloc) -> Conflict:
                 f"{coloc.rule}: a replica needs {need} GPUs in one domain whose KV path offers "
                 f"{t.min_bandwidth_gbps:g} GB/s; the best domain with room offers {bw:g} GB/s ({dom})."
             )
-    return Conflict(_rule_field(coloc.name), message, _relaxation(problem, _rule_name(coloc.name)))
+    return Conflict(_rule_field(coloc.name), message, None, _rule_name(coloc.name))
 
 
 def _rule_name(colocation: str) -> str:
@@ -242,21 +264,27 @@ def _with(spec: ServingTopology, rule: str, value) -> ServingTopology:
     return spec.model_copy(update={"min_replicas": min(1, spec.replicas_floor) if value is None else value})
 
 
-def _feasible(spec: ServingTopology, problem: Problem) -> bool:
+def _feasible(spec: ServingTopology, problem: Problem, budget: Budget) -> bool | None:
+    """True / False when a solve decides it within the budget; None when it could not."""
     from ortools.sat.python import cp_model
 
     from placer.cpsat.model import PlacementModel
 
+    if budget.left() < 0.2:
+        return None
     relaxed = build_problem(spec, problem.topology)
     if single_rule_conflicts(relaxed):
         return False
     pm = PlacementModel(relaxed)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = 10
+    solver.parameters.max_time_in_seconds = min(10.0, budget.left())
     solver.parameters.num_workers = 1
     solver.parameters.cp_model_probing_level = 0
     solver.parameters.symmetry_level = 0
-    return solver.solve(pm.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    status = solver.solve(pm.model)
+    if status == cp_model.INFEASIBLE:
+        return False
+    return True if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
 
 
 def _present(spec: ServingTopology) -> list[str]:
@@ -272,7 +300,7 @@ def _present(spec: ServingTopology) -> list[str]:
     return out
 
 
-def deletion_filter(problem: Problem) -> list[Conflict]:
+def deletion_filter(problem: Problem, budget: Budget) -> list[Conflict]:
     """Keep only the relaxable rules needed for infeasibility: drop each in turn and keep it dropped when
     the rest is still infeasible. The survivors conflict together; dropping any one of them fits."""
     spec = problem.spec
@@ -280,7 +308,7 @@ def deletion_filter(problem: Problem) -> list[Conflict]:
     everything_off = spec
     for rule in present:
         everything_off = _with(everything_off, rule, None)
-    if not _feasible(everything_off, problem):
+    if _feasible(everything_off, problem, budget) is False:
         return [
             Conflict(
                 "pools",
@@ -296,9 +324,9 @@ def deletion_filter(problem: Problem) -> list[Conflict]:
         for r in present:
             if r not in keep:
                 trial = _with(trial, r, None)
-        if not _feasible(trial, problem):
+        if _feasible(trial, problem, budget) is False:  # unknown (out of time) keeps the rule: safe
             needed = keep
-    out = [Conflict(_field(rule), _describe(problem, rule), _relaxation(problem, rule)) for rule in needed]
+    out = [Conflict(_field(rule), _describe(problem, rule), None, rule) for rule in needed]
     if len(out) > 1:
         out.append(
             Conflict(
@@ -342,38 +370,47 @@ def _levels(problem: Problem, broader_than: str | None = None, narrower_than: st
     return [lv for lv in reversed(LEVELS[: LEVEL_RANK[narrower_than]]) if lv in present and lv != "socket"]
 
 
-def _relaxation(problem: Problem, rule: str) -> str | None:
+def _relaxation(problem: Problem, rule: str, budget: Budget) -> str | None:
     """The mildest change to one rule that a solve confirms makes the request feasible."""
     spec = problem.spec
+
+    def fits(changed: ServingTopology) -> bool:
+        return _feasible(changed, problem, budget) is True
+
+    def otherwise(text: str) -> str:
+        """When no milder value was confirmed: say so, and why (none fits on its own, or out of time)."""
+        why = "out of time to verify a milder value" if budget.left() < 0.2 else "no milder value fits on its own"
+        return f"{text} ({why})"
+
     if rule == "transfer floor":
         t = spec.transfer
         if t is None:  # the implicit prefill -> decode pairing has no floor to lower
             return "free GPUs so that one domain can hold a whole replica's transfer pools"
         if t.min_bandwidth_gbps:
             for floor in _floor_steps(problem, t.min_bandwidth_gbps):
-                if _feasible(_with(spec, rule, {"min_bandwidth_gbps": floor}), problem):
+                if fits(_with(spec, rule, {"min_bandwidth_gbps": floor})):
                     return f"lower transfer.minBandwidthGBps to {floor:g} (the best path a feasible placement offers)"
         if t.max_level:
             for level in _levels(problem, broader_than=t.max_level):
-                if _feasible(_with(spec, rule, {"max_level": level}), problem):
+                if fits(_with(spec, rule, {"max_level": level})):
                     return f"allow transfer.maxLevel: {level}"
-        return "drop the transfer requirement, or free GPUs so one domain can hold a whole replica"
+        return otherwise("drop the transfer requirement, or free GPUs so one domain can hold a whole replica")
     if rule == "router proximity":
         assert spec.router is not None and spec.router.near is not None
         for level in _levels(problem, broader_than=spec.router.near.level):
-            if _feasible(_with(spec, rule, level), problem):
+            if fits(_with(spec, rule, level)):
                 return f"allow router.near.level: {level}"
-        return "drop router.near"
+        return otherwise("drop router.near")
     if rule == "replica spread":
         assert spec.spread is not None
         for level in _levels(problem, narrower_than=spec.spread.level):
-            if _feasible(_with(spec, rule, level), problem):
+            if fits(_with(spec, rule, level)):
                 return f"spread across {level} instead of {spec.spread.level}"
-        return "drop spread"
+        return otherwise("drop spread")
     for k in range(spec.replicas_floor - 1, 0, -1):
-        if _feasible(_with(spec, rule, k), problem):
+        if fits(_with(spec, rule, k)):
             return f"lower minReplicas to {k}"
-    return None
+    return otherwise("free GPUs")
 
 
 def _floor_steps(problem: Problem, floor: float) -> list[float]:

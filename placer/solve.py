@@ -70,13 +70,13 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
         model.maximize(sum(v.placed))
         solver, status = run("replicas")
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            raise _infeasible(problem, status == cp_model.INFEASIBLE)
+            raise _infeasible(problem, status == cp_model.INFEASIBLE, options.time_limit_s)
         best_n = int(round(solver.objective_value))
         if status != cp_model.OPTIMAL:
             notes.append("time limit hit while maximising replicas; more might fit")
         _rehint(model, solver, v)
     if best_n < problem.min_replicas:
-        raise _infeasible(problem, True)
+        raise _infeasible(problem, True, options.time_limit_s)
     for k, lit in enumerate(v.placed):
         model.add(lit == (1 if k < best_n else 0))
     if any(p.preferred for p in problem.pools.values()):
@@ -90,7 +90,7 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
             model.minimize(pm.misses_expr())
             solver, status = run("preferred")
             if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                raise _infeasible(problem, status == cp_model.INFEASIBLE)
+                raise _infeasible(problem, status == cp_model.INFEASIBLE, options.time_limit_s)
             model.add(pm.misses_expr() <= int(round(solver.objective_value)))
             _rehint(model, solver, v)
     cost = pm.cost_expr()
@@ -98,7 +98,7 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
     model.minimize(cost)
     solver, status = run("cost")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise _infeasible(problem, status == cp_model.INFEASIBLE)
+        raise _infeasible(problem, status == cp_model.INFEASIBLE, options.time_limit_s)
     objective = int(round(solver.objective_value))
     bound = int(solver.best_objective_bound)
     t_solve = time.perf_counter()
@@ -243,14 +243,14 @@ def decode(problem: Problem, solver, pm, n_replicas: int) -> tuple[ReplicaPlacem
     return tuple(out)
 
 
-def _infeasible(problem: Problem, proven: bool) -> InfeasibleError:
+def _infeasible(problem: Problem, proven: bool, time_limit_s: float = 20.0) -> InfeasibleError:
     from placer.conflicts import explain_infeasible
 
     if not proven:
         return InfeasibleError(
             "no placement found within the time limit (not proven impossible); raise --time-limit", []
         )
-    conflicts = explain_infeasible(problem)
+    conflicts = explain_infeasible(problem, seconds=max(5.0, min(30.0, time_limit_s)))
     return InfeasibleError("no placement satisfies every hard constraint", [str(c) for c in conflicts], conflicts)
 
 
