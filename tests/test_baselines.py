@@ -477,7 +477,7 @@ def serving_specs(draw) -> dict:
 
 
 @settings(
-    max_examples=int(__import__("os").environ.get("SOAK", 50)),
+    max_examples=EXAMPLES,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
