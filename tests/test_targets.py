@@ -1,0 +1,300 @@
+"""``--target``: golden manifests per target and bundled spec, every object valid against its project's schema
+(tests/data/crds/README.md says which, from where), and a coherent object graph: every engine pod in exactly
+one gang, the gang's minimum equal to a complete replica (Grove: one instance per pool, by design), every
+referenced name present, and node affinity admitting exactly the nodes placer chose.
+Regenerate the golden files with PLACER_UPDATE_GOLDEN=1."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from placer.emit import build_manifests, to_yaml
+from placer.load import load_cluster, load_spec
+from placer.pipeline import verify_placement
+from placer.problem import build_problem
+from placer.solve import SolveOptions, solve
+from placer.targets import TARGETS
+from placer.topology import build_topology
+
+ROOT = Path(__file__).resolve().parent.parent
+CRDS = ROOT / "tests" / "data" / "crds"
+GOLDEN = ROOT / "tests" / "golden" / "targets"
+CASES = [
+    ("aggregated-tp8", "small-mixed"),
+    ("llama-70b-disagg", "dgx-h100-1024"),
+    ("llama-70b-disagg", "gb200-nvl72-1008"),
+    ("tp16-multinode", "dgx-h100-1024"),
+]
+SCHEMAS = {
+    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): "podgroup.scheduling.x-k8s.io.v1alpha1.json",
+    ("scheduling.run.ai/v2alpha2", "PodGroup"): "podgroup.scheduling.run.ai.v2alpha2.json",
+    ("kai.scheduler/v1", "Topology"): "topology.kai.scheduler.v1.json",
+    ("scheduling.volcano.sh/v1beta1", "PodGroup"): "podgroup.scheduling.volcano.sh.v1beta1.json",
+    ("grove.io/v1alpha1", "PodCliqueSet"): "podcliqueset.grove.io.v1alpha1.json",
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkerset.x-k8s.io.v1.json",
+}
+CLUSTER_SCOPED = {("kai.scheduler/v1", "Topology")}
+HOST = "kubernetes.io/hostname"
+
+
+@pytest.fixture(scope="module", params=CASES, ids=["/".join(c) for c in CASES])
+def solved(request):
+    spec = load_spec(ROOT / "fixtures" / "specs" / f"{request.param[0]}.yaml")
+    topo = build_topology(load_cluster(ROOT / "fixtures" / "clusters" / f"{request.param[1]}.yaml"))
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    report = verify_placement(spec, topo, placement)
+    docs = {t: build_manifests(spec, topo, placement, report, target=t) for t in TARGETS}
+    return request.param, spec, topo, placement, docs
+
+
+def test_golden_manifests(solved):
+    case, *_, docs = solved
+    for target, built in docs.items():
+        path = GOLDEN / target / f"{case[0]}-{case[1]}.yaml"
+        got = to_yaml(built)
+        if os.environ.get("PLACER_UPDATE_GOLDEN"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(got)
+        assert got == path.read_text(), f"{target}: {path} differs (PLACER_UPDATE_GOLDEN=1 regenerates)"
+        assert list(yaml.safe_load_all(got)) == built
+
+
+# ---- schemas -------------------------------------------------------------------------------------------
+
+
+def _schema(name: str) -> dict:
+    return json.loads((CRDS / name).read_text())
+
+
+def _as_pod(spec: dict, meta: dict | None = None) -> dict:
+    meta = {"name": "embedded", **{k: v for k, v in (meta or {}).items() if k in ("labels", "annotations")}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def validate(doc: dict) -> None:
+    key = (doc["apiVersion"], doc["kind"])
+    if key in SCHEMAS:
+        jsonschema.validate(doc, _schema(SCHEMAS[key]))
+    elif doc["apiVersion"].startswith("resource.k8s.io/"):
+        kubernetes_validate.validate(doc, "1.34", strict=True)  # resource.k8s.io/v1 is GA from 1.34
+    else:
+        kubernetes_validate.validate(doc, "1.33", strict=True)
+    if doc["kind"] == "LeaderWorkerSet":
+        lwt = doc["spec"]["leaderWorkerTemplate"]
+        for t in (lwt["leaderTemplate"], lwt["workerTemplate"]):
+            kubernetes_validate.validate(_as_pod(t["spec"], t["metadata"]), "1.33", strict=True)
+    if doc["kind"] == "PodCliqueSet":
+        for clique in doc["spec"]["template"]["cliques"]:
+            kubernetes_validate.validate(_as_pod(clique["spec"]["podSpec"], clique), "1.33", strict=True)
+    if key == ("kai.scheduler/v1", "Topology"):
+        labels = [lv["nodeLabel"] for lv in doc["spec"]["levels"]]
+        assert len(set(labels)) == len(labels) and (HOST not in labels or labels[-1] == HOST)
+
+
+def test_every_object_validates_against_its_schema(solved):
+    *_, docs = solved
+    for built in docs.values():
+        for doc in built:
+            validate(doc)
+            meta = doc["metadata"]
+            if (doc["apiVersion"], doc["kind"]) not in CLUSTER_SCOPED:
+                assert meta["namespace"]
+                assert meta["labels"]["app.kubernetes.io/managed-by"] == "placer"
+                assert meta["labels"]["app.kubernetes.io/part-of"] and meta["labels"]["app.kubernetes.io/component"]
+
+
+# ---- the object graph ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Unit:
+    """``count`` identical pods as the cluster will run them, and the object that makes them."""
+
+    count: int
+    labels: dict
+    annotations: dict
+    spec: dict
+    owner: dict
+
+
+def units(docs: list[dict]) -> list[Unit]:
+    out = []
+    for d in docs:
+        meta = d["metadata"]
+        if d["kind"] == "Pod":
+            out.append(Unit(1, meta["labels"], meta.get("annotations", {}), d["spec"], d))
+        elif d["kind"] == "Deployment":
+            t = d["spec"]["template"]
+            out.append(Unit(d["spec"]["replicas"], t["metadata"]["labels"], {}, t["spec"], d))
+        elif d["kind"] == "LeaderWorkerSet":
+            lwt = d["spec"]["leaderWorkerTemplate"]
+            for t, n in ((lwt["leaderTemplate"], 1), (lwt["workerTemplate"], lwt["size"] - 1)):
+                out.append(Unit(n, t["metadata"]["labels"], t["metadata"]["annotations"], t["spec"], d))
+        elif d["kind"] == "PodCliqueSet":
+            for c in d["spec"]["template"]["cliques"]:
+                out.append(Unit(c["spec"]["replicas"], c["labels"], c["annotations"], c["spec"]["podSpec"], d))
+    return out
+
+
+def admitted(spec: dict) -> list[str]:
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    (expr,) = term["matchExpressions"]
+    assert expr["key"] == HOST and expr["operator"] == "In"
+    return expr["values"]
+
+
+def gang_of(target: str, u: Unit) -> str:
+    if target == "kai":
+        return u.annotations["pod-group-name"]
+    if target == "volcano":
+        return u.annotations["scheduling.k8s.io/group-name"]
+    if target == "kueue":
+        return u.labels["kueue.x-k8s.io/pod-group-name"]
+    if target == "grove":
+        return u.owner["metadata"]["name"]
+    return u.labels["scheduling.x-k8s.io/pod-group"]
+
+
+def test_every_engine_pod_is_in_one_gang_of_a_complete_replica(solved):
+    _, spec, topo, placement, docs = solved
+    for target, built in docs.items():
+        engines = [u for u in units(built) if u.labels["app.kubernetes.io/component"] != "router"]
+        members: Counter = Counter()
+        for u in engines:
+            members[gang_of(target, u)] += u.count
+        expected = {
+            f"{spec.metadata.name}-r{r.index}": sum(len(i.pods) for i in r.instances) for r in placement.replicas
+        }
+        assert dict(members) == expected, target  # each pod counted once, in its own replica's gang
+        gangs = {d["metadata"]["name"]: d for d in built if d["kind"] in ("PodGroup", "PodCliqueSet")}
+        for name, pods in expected.items():
+            if target == "kueue":
+                totals = {
+                    u.annotations["kueue.x-k8s.io/pod-group-total-count"] for u in engines if gang_of(target, u) == name
+                }
+                assert totals == {str(pods)}
+            elif target == "grove":
+                _grove_gang(gangs[name], spec)
+            else:
+                assert gangs[name]["spec"]["minMember"] == pods, target
+
+
+def _grove_gang(pcs: dict, spec) -> None:
+    """Grove's base gang: every clique's minAvailable, every scaling group whole; one instance per pool."""
+    t = pcs["spec"]["template"]
+    names = [c["name"] for c in t["cliques"]]
+    assert len(set(names)) == len(names)
+    grouped = [n for g in t.get("podCliqueScalingGroups", []) for n in g["cliqueNames"]]
+    assert len(set(grouped)) == len(grouped) and set(grouped) <= set(names)
+    for c in t["cliques"]:
+        assert set(c["spec"].get("startsAfter", [])) <= set(names)
+        assert c["spec"]["minAvailable"] == 1
+    pools_in_gang = {c["labels"].get("placer.dev/pool") for c in t["cliques"] if c["name"] not in grouped}
+    pools_in_gang |= {g["name"].rsplit("-", 1)[0] for g in t.get("podCliqueScalingGroups", [])}
+    assert set(spec.pools) <= pools_in_gang
+
+
+def test_affinity_admits_exactly_the_chosen_nodes(solved):
+    _, spec, topo, placement, docs = solved
+    host = {n.name: n.labels.get(HOST, n.name) for n in topo.nodes}
+    for target, built in docs.items():
+        for rep in placement.replicas:
+            for pool in spec.pools:
+                chosen = Counter(host[p.node] for i in rep.instances if i.pool == pool for p in i.pods)
+                mine = [
+                    u
+                    for u in units(built)
+                    if u.labels.get("placer.dev/pool") == pool and u.labels["placer.dev/replica"] == str(rep.index)
+                ]
+                assert sum(u.count for u in mine) == sum(chosen.values()), target
+                admitted_union = {h for u in mine for h in admitted(u.spec)}
+                assert admitted_union == set(chosen), target
+                for u in mine:  # no unit admits more nodes than it has pods to spread over, in the pinned targets
+                    if target in ("coscheduling", "kai", "volcano", "dra"):
+                        assert u.count == 1 and len(admitted(u.spec)) == 1
+                    if target in ("lws", "grove") and u.count > 1 and "placer.dev/instance" in u.labels:
+                        assert len(admitted(u.spec)) == u.count and "podAntiAffinity" in u.spec["affinity"]
+
+
+def test_referenced_names_exist(solved):
+    *_, docs = solved
+    for target, built in docs.items():
+        names = Counter((d["kind"], d["metadata"]["name"]) for d in built)
+        assert max(names.values()) == 1, target  # no two objects of a kind share a name
+        routers = [u for u in units(built) if u.labels["app.kubernetes.io/component"] == "router"]
+        for svc in (d for d in built if d["kind"] == "Service"):
+            sel = svc["spec"]["selector"].items()
+            assert sum(u.count for u in routers if sel <= u.labels.items()) == 1, target
+        for d in built:
+            for claim in d["spec"].get("resourceClaims", []) if d["kind"] == "Pod" else []:
+                assert ("ResourceClaimTemplate", claim["resourceClaimTemplateName"]) in names
+            if (d["apiVersion"], d["kind"]) == ("scheduling.run.ai/v2alpha2", "PodGroup"):
+                _kai_references(d, built)
+            if (d["apiVersion"], d["kind"]) == ("scheduling.volcano.sh/v1beta1", "PodGroup"):
+                _volcano_subgroups(d, units(built))
+
+
+def _kai_references(pg: dict, built: list[dict]) -> None:
+    subs = {s["name"]: s for s in pg["spec"]["subGroups"]}
+    topologies = {d["metadata"]["name"] for d in built if d["kind"] == "Topology"}
+    leaves = {n for n, s in subs.items() if "minMember" in s}
+    assert all(s.get("parent") in (None, *subs) for s in subs.values())
+    assert sum(subs[n]["minMember"] for n in leaves) == pg["spec"]["minMember"]
+    constraints = [pg["spec"].get("topologyConstraint")] + [s.get("topologyConstraint") for s in subs.values()]
+    assert {c["topology"] for c in constraints if c} <= topologies
+    levels = {lv["nodeLabel"] for d in built if d["kind"] == "Topology" for lv in d["spec"]["levels"]}
+    assert {
+        c[k] for c in constraints if c for k in ("requiredTopologyLevel", "preferredTopologyLevel") if k in c
+    } <= levels
+    pods = Counter(
+        d["metadata"]["labels"]["kai.scheduler/subgroup-name"]
+        for d in built
+        if d["kind"] == "Pod" and d["metadata"]["annotations"].get("pod-group-name") == pg["metadata"]["name"]
+    )
+    assert dict(pods) == {n: subs[n]["minMember"] for n in leaves}
+
+
+def _volcano_subgroups(pg: dict, all_units: list[Unit]) -> None:
+    mine = [u for u in all_units if u.annotations.get("scheduling.k8s.io/group-name") == pg["metadata"]["name"]]
+    for policy in pg["spec"]["subGroupPolicy"]:
+        sel = policy["labelSelector"]["matchLabels"].items()
+        groups = Counter(tuple(u.labels[k] for k in policy["matchLabelKeys"]) for u in mine if sel <= u.labels.items())
+        assert len(groups) == policy["minSubGroups"] and set(groups.values()) == {policy["subGroupSize"]}
+
+
+def test_kueue_podsets_follow_the_documented_rules(solved):
+    *_, docs = solved
+    pods = [d for d in docs["kueue"] if d["kind"] == "Pod"]
+    podsets: dict[tuple[str, str], list[dict]] = {}
+    for p in pods:
+        a = p["metadata"]["annotations"]
+        podsets.setdefault(
+            (p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"], a["kueue.x-k8s.io/role-hash"]), []
+        ).append(p)
+    for members in podsets.values():
+        a = members[0]["metadata"]["annotations"]
+        modes = [k for k in ("required", "preferred", "unconstrained") if f"kueue.x-k8s.io/podset-{k}-topology" in a]
+        assert len(modes) == 1
+        if "kueue.x-k8s.io/podset-slice-size" in a:
+            size = int(a["kueue.x-k8s.io/podset-slice-size"])
+            assert "kueue.x-k8s.io/podset-slice-required-topology" in a and 1 <= size <= len(members)
+            assert len(members) % size == 0
+        shape = {
+            json.dumps([m["spec"]["affinity"], m["spec"]["containers"][0]["resources"]], sort_keys=True)
+            for m in members
+        }
+        assert len(shape) == 1  # one role hash, one shape: what Kueue's PodSet template assumes
+        for m in members:
+            kueue_keys = {
+                k: v for k, v in m["metadata"]["annotations"].items() if k.startswith("kueue.x-k8s.io/podset")
+            }
+            assert kueue_keys == {k: v for k, v in a.items() if k.startswith("kueue.x-k8s.io/podset")}
