@@ -95,6 +95,13 @@ def solve_command(
 
     if placement is not None and not placement.parent.resolve().is_dir():
         raise InputError(f"--placement {placement}: directory {placement.parent} does not exist")
+    if namespace is not None:
+        from placer import k8s
+
+        try:
+            k8s.check_dns_label(namespace, "--namespace")
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
     say = (lambda _m: None) if quiet else (lambda m: print(m, file=sys.stderr))
     t0 = time.perf_counter()
     result = run_solve(
@@ -129,13 +136,6 @@ def _set_namespace(result, namespace: str) -> None:
     """Every object, the placement record and the spec annotation explain reads get this namespace."""
     from dataclasses import replace
 
-    from placer import k8s
-    from placer.errors import InputError
-
-    try:
-        k8s.check_dns_label(namespace, "--namespace")
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
     result.spec = result.spec.model_copy(
         update={"metadata": result.spec.metadata.model_copy(update={"namespace": namespace})}
     )

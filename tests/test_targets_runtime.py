@@ -1,0 +1,227 @@
+"""Runtime settings and options of ``--target``: NCCL values chosen from the links an instance got (each
+case is a hand-made placement where one fact decides), the user's overrides, DRA's CEL selectors evaluated
+against driver-shaped devices, the LWS refusal, explain reading target manifests back, and the CLI
+(``--target``, ``--namespace``, ``--dry-run``, ``-o json``)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from test_cli import AGG, SMALL, run
+
+from placer.emit import build_manifests, to_yaml
+from placer.errors import InputError
+from placer.load import load_cluster, load_spec
+from placer.pipeline import verify_placement
+from placer.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
+from placer.record import load_placed
+from placer.spec import ServingTopology
+from placer.targets import dra
+from placer.targets.nccl import instance_settings
+from placer.topology import build_topology
+
+ROOT = Path(__file__).resolve().parent.parent
+CLUSTERS = ROOT / "fixtures" / "clusters"
+DGX = build_topology(load_cluster(CLUSTERS / "dgx-h100-1024.yaml"))
+GB200 = build_topology(load_cluster(CLUSTERS / "gb200-nvl72-1008.yaml"))
+SMALL_TOPO = build_topology(load_cluster(SMALL))
+
+
+def _spec(**changes) -> ServingTopology:
+    data = yaml.safe_load((ROOT / "fixtures" / "specs" / "tp16-multinode.yaml").read_text())
+    data.update(changes)
+    return ServingTopology.model_validate(data)
+
+
+def _inst(*pods: tuple[str, list[int]], pool: str = "aggregated") -> InstancePlacement:
+    return InstancePlacement(pool, 0, tuple(Pod(n, tuple(g)) for n, g in pods), "")
+
+
+def _values(spec, topo, inst) -> dict[str, str]:
+    return {s.name: s.value for s in instance_settings(spec, topo, inst)}
+
+
+def _free_node(topo, gpus: int, skip: tuple[str, ...] = ()) -> str:
+    return next(n.name for n in topo.nodes if len(n.free_gpus) >= gpus and n.name not in skip and n.gpus)
+
+
+def test_one_gpu_needs_no_nccl():
+    assert _values(_spec(), DGX, _inst((_free_node(DGX, 1), [0]))) == {}
+
+
+def test_one_h100_node_uses_nvlink_and_nvlink_sharp():
+    node = _free_node(DGX, 8)
+    got = _values(_spec(), DGX, _inst((node, list(range(8)))))
+    assert got == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "NCCL_P2P_LEVEL": "NVL", "NCCL_NVLS_ENABLE": "1"}
+
+
+def test_a100_pcie_across_sockets_sets_no_p2p_level_but_one_socket_does():
+    # pcie-a: 8 A100 PCIe GPUs, 0-3 on socket 0 and 4-7 on socket 1; no NVSwitch, so no NVLink SHARP either.
+    across = _values(_spec(), SMALL_TOPO, _inst(("pcie-a", [0, 1, 2, 3, 4, 5, 6, 7])))
+    within = _values(_spec(), SMALL_TOPO, _inst(("pcie-a", [0, 1, 2, 3])))
+    assert "NCCL_P2P_LEVEL" not in across and "NCCL_NVLS_ENABLE" not in across
+    assert within["NCCL_P2P_LEVEL"] == "PXB"
+
+
+def test_two_dgx_nodes_under_one_rack_stay_on_their_rails():
+    same_rack = [n for n in DGX.nodes if n.path["rack"] == "r001"][:2]  # NCCL reads links, not free GPUs
+    assert len(same_rack) == 2
+    inst = _inst(*((n.name, list(range(8))) for n in same_rack))
+    got = _values(_spec(), DGX, inst)
+    # 8 rails of 50 GB/s for 8 GPUs: GPUDirect RDMA through the shared PCIe switch (PIX), one channel per rail.
+    assert got["NCCL_IB_HCA"] == "mlx5" and got["NCCL_NET_GDR_LEVEL"] == "PIX"
+    assert got["NCCL_CROSS_NIC"] == "0" and got["NCCL_MIN_NCHANNELS"] == "8"
+    assert "NCCL_IB_GID_INDEX" not in got  # InfiniBand, not RoCE
+
+
+def test_nodes_in_different_leaves_may_cross_rails():
+    a = next(n for n in DGX.nodes if n.path["leaf"] == "su01")
+    b = next(n for n in DGX.nodes if n.path["leaf"] == "su02")
+    assert _values(_spec(), DGX, _inst((a.name, list(range(8))), (b.name, list(range(8)))))["NCCL_CROSS_NIC"] == "1"
+
+
+def test_roce_sets_the_rocev2_gid_index(tmp_path):
+    data = yaml.safe_load(SMALL.read_text())
+    data["fabric"]["network"]["kind"] = "ethernet"
+    path = tmp_path / "roce.yaml"
+    path.write_text(yaml.safe_dump(data))
+    topo = build_topology(load_cluster(path))
+    got = _values(_spec(), topo, _inst(("dgx-a", [0, 1]), ("dgx-b", [0, 1])))
+    assert got["NCCL_IB_GID_INDEX"] == "3" and got["NCCL_IB_HCA"] == "mlx5"
+
+
+def test_gb200_trays_of_one_rack_use_multi_node_nvlink():
+    trays = [n for n in GB200.nodes if n.path["nvlink-domain"] == "nvl-r001"][:2]
+    got = _values(_spec(), GB200, _inst(*((n.name, [0, 1, 2, 3]) for n in trays)))
+    assert got["NCCL_MNNVL_ENABLE"] == "1" and got["NCCL_NVLS_ENABLE"] == "1" and "NCCL_IB_HCA" not in got
+
+
+def test_spec_overrides_win_and_the_template_wins_over_both():
+    node = _free_node(DGX, 8)
+    spec = _spec(nccl={"env": {"NCCL_NVLS_ENABLE": "0", "NCCL_DEBUG": "WARN"}})
+    got = {s.name: s for s in instance_settings(spec, DGX, _inst((node, list(range(8)))))}
+    assert got["NCCL_NVLS_ENABLE"].value == "0" and got["NCCL_NVLS_ENABLE"].reason == "set by the spec (nccl.env)"
+    assert got["NCCL_DEBUG"].value == "WARN" and got["NCCL_P2P_LEVEL"].value == "NVL"
+    data = yaml.safe_load((ROOT / "fixtures" / "specs" / "tp16-multinode.yaml").read_text())
+    data["pools"]["aggregated"]["template"]["env"] = [{"name": "NCCL_P2P_LEVEL", "value": "SYS"}]
+    data["nccl"] = {"auto": False, "env": {"NCCL_DEBUG": "INFO"}}
+    only_user = instance_settings(ServingTopology.model_validate(data), DGX, _inst((node, list(range(8)))))
+    assert [(s.name, s.value) for s in only_user] == [("NCCL_DEBUG", "INFO")]
+
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("topologyLabels", {"rack": "bad key!"}, "label key"),
+        ("volcanoTiers", {"rack": 2, "leaf": 1}, "a broader level needs a higher tier"),
+        ("queue", "Not_A_Label", "DNS-1123"),
+        ("dra", {"deviceClass": "GPU Class"}, "DNS-1123 subdomain"),
+    ],
+)
+def test_bad_scheduling_options_are_rejected(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        _spec(scheduling={field: value})
+
+
+# ---- DRA: the CEL selector admits exactly the chosen GPUs ----------------------------------------------------
+
+
+def _cel(expression: str, attrs: dict) -> bool:
+    """Evaluate placer's selector grammar (``a == "s" && b in [1, 2]``) over one device's attributes."""
+    clauses = expression.split(" && ")
+    for clause in clauses:
+        m = re.fullmatch(r'device\.attributes\["([a-z0-9.]+)"\]\.(\w+) (==|in) (.+)', clause)
+        assert m, clause
+        value = attrs[m.group(1)][m.group(2)]
+        wanted = json.loads(m.group(4))
+        if (m.group(3) == "==" and value != wanted) or (m.group(3) == "in" and value not in wanted):
+            return False
+    return True
+
+
+def test_dra_selector_admits_exactly_the_planned_gpus():
+    expr = dra.selector("gpu.nvidia.com", (1, 2, 5))
+    devices = [{"type": "gpu", "index": i} for i in range(8)] + [{"type": "mig", "index": 1}]
+    chosen = [d for d in devices if _cel(expr, {"gpu.nvidia.com": d})]
+    assert chosen == [{"type": "gpu", "index": 1}, {"type": "gpu", "index": 2}, {"type": "gpu", "index": 5}]
+
+
+# ---- whole outputs -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def agg_small():
+    spec = load_spec(AGG)
+    from placer.problem import build_problem
+    from placer.solve import SolveOptions, solve
+
+    placement = solve(build_problem(spec, SMALL_TOPO), SolveOptions())
+    return spec, placement, verify_placement(spec, SMALL_TOPO, placement)
+
+
+@pytest.mark.parametrize("target", ["coscheduling", "kai", "volcano", "dra"])
+def test_explain_reads_target_manifests_back(agg_small, target, tmp_path):
+    spec, placement, report = agg_small
+    path = tmp_path / "m.yaml"
+    path.write_text(to_yaml(build_manifests(spec, SMALL_TOPO, placement, report, target=target)))
+    placed = load_placed(path)
+    assert placed.spec == spec and placed.placement.replicas == placement.replicas
+
+
+def test_nccl_is_off_by_default_only_for_coscheduling(agg_small):
+    spec, placement, report = agg_small
+    env = {
+        t: {
+            e["name"]
+            for d in build_manifests(spec, SMALL_TOPO, placement, report, target=t)
+            if d["kind"] == "Pod"
+            for e in d["spec"]["containers"][0]["env"]
+        }
+        for t in ("coscheduling", "kai")
+    }
+    assert "CUDA_DEVICE_ORDER" not in env["coscheduling"] and "CUDA_DEVICE_ORDER" in env["kai"]
+    forced = build_manifests(spec, SMALL_TOPO, placement, report, target="coscheduling", nccl=True)
+    assert any("placer.dev/nccl" in d["metadata"].get("annotations", {}) for d in forced)
+
+
+def test_lws_refuses_workers_of_unequal_size(agg_small):
+    spec, placement, report = agg_small
+    odd = InstancePlacement("aggregated", 0, (Pod("dgx-b", (0,)), Pod("pcie-a", (0, 1)), Pod("pcie-b", (1, 2, 3))), "")
+    bent = Placement(
+        placement.deployment,
+        placement.namespace,
+        placement.cluster,
+        (ReplicaPlacement(0, (odd,), None),),
+        SolveStats("feasible"),
+    )
+    from placer.verify import check
+
+    with pytest.raises(InputError, match=r"pods asking for \[1, 2, 3\] GPUs"):
+        build_manifests(spec, SMALL_TOPO, bent, check(spec, SMALL_TOPO, bent), target="lws")
+
+
+def test_cli_target_namespace_and_json():
+    done = run("solve", AGG, SMALL, "--target", "volcano", "--namespace", "prod", "-o", "json", "-q")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["kind"] == "List" and {d["metadata"]["namespace"] for d in doc["items"]} == {"prod"}
+    assert {d["kind"] for d in doc["items"]} == {"PodGroup", "Pod", "Deployment", "Service"}
+    spec = json.loads(doc["items"][0]["metadata"]["annotations"]["placer.dev/spec"])
+    assert spec["metadata"]["namespace"] == "prod"
+
+
+def test_cli_dry_run_prints_the_plan_not_manifests():
+    done = run("solve", AGG, SMALL, "--target", "kai", "--dry-run", "-q")
+    assert done.returncode == 0, done.stderr
+    assert "tensor-parallel groups" in done.stdout and "NCCL_P2P_LEVEL=NVL" in done.stdout
+    assert "objects --target kai would create" in done.stdout and "apiVersion:" not in done.stdout
+
+
+def test_cli_bad_target_and_bad_namespace_are_bad_input():
+    assert run("solve", AGG, SMALL, "--target", "slurm").returncode == 2
+    done = run("solve", AGG, SMALL, "--namespace", "Bad_NS")
+    assert done.returncode == 2 and "--namespace" in done.stderr and done.stdout == ""
