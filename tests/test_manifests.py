@@ -113,3 +113,14 @@ def test_spec_values_cannot_inject_documents(tmp_path):
     assert "Secret" not in {d["kind"] for d in docs}
     pods = [d for d in docs if d["kind"] == "Pod"]
     assert all(p["spec"]["containers"][0]["args"] == [evil] for p in pods)
+
+
+def test_default_target_is_coscheduling_without_nccl(solved):
+    """The default output is the coscheduling target's, with no NCCL env (unchanged since before --target)."""
+    from placer.emit import build_manifests
+
+    explicit = build_manifests(solved.spec, solved.topology, solved.placement, solved.report, target="coscheduling")
+    assert solved.manifests == explicit
+    env = {e["name"] for d in explicit if d["kind"] == "Pod" for e in d["spec"]["containers"][0]["env"]}
+    assert not any(n.startswith(("NCCL_", "CUDA_")) for n in env)
+    assert not any("placer.dev/nccl" in d["metadata"].get("annotations", {}) for d in explicit)
