@@ -2,7 +2,8 @@
 
 A replica is one workload, admitted on its own; each pool is a pod set whose TP groups must each sit within
 the pool's ``placement.required`` level. Kueue's algorithm, from ``findTopologyAssignment`` in
-kubernetes-sigs/kueue ``pkg/cache/tas_flavor_snapshot.go`` and KEP 2724 (topology-aware scheduling):
+kubernetes-sigs/kueue ``pkg/cache/tas_flavor_snapshot.go``, KEP 2724 (``keps/2724-topology-aware-scheduling``)
+and https://kueue.sigs.k8s.io/docs/concepts/topology_aware_scheduling/:
 
 Phase 1: count how many pods fit in every leaf domain (free GPUs, CPU and memory of the node) and bubble
 the counts up the domain tree.
@@ -10,7 +11,10 @@ the counts up the domain tree.
 Phase 2a (level): for each level from the narrowest up to the required one, order that level's domains by
 free capacity, most first (ties by domain order); if the first can hold the group, take the *tightest* domain
 that still holds it (``findBestFitDomainIdx``: the smallest count not below the demand) and stop. Beyond the
-required level the group does not fit: Kueue's ``allows to fit only N out of M pod(s)``.
+required level the group does not fit: Kueue's ``allows to fit only N out of M pod(s)``. (Kueue's own
+``podset-required-topology`` looks at the required level only, and ``podset-preferred-topology`` walks up
+from the preferred one; walking up from the narrowest level and stopping at the required one combines the
+two into "the smallest level that fits".)
 
 Phase 2b (descent): go down level by level: the children of the chosen domains, most free first, are taken
 whole until the remainder fits in one of them, and that last one is again the tightest that holds it
