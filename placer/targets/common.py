@@ -1,5 +1,5 @@
-"""What every target shares: the context of one emit, labels and names, node affinity, the engine pod, the
-router, topology-label and tier mappings.
+"""What every target shares: the context of one emit, labels and names, node affinity, the engine pod, and
+the topology-label mapping (the router's objects are in ``router.py``).
 
 Every value that reaches a manifest was validated at the edge (spec, cluster) or is checked here (generated
 names); documents are plain dicts serialised by PyYAML or json, never string templates.
@@ -8,7 +8,7 @@ names); documents are plain dicts serialised by PyYAML or json, never string tem
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -45,7 +45,6 @@ class Context:
     report: Report
     nccl: bool = False  # add NCCL env and the placer.dev/nccl annotation to engine pods
     exact_gpus: bool = False  # the target enforces GPU indices (DRA)
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -242,65 +241,6 @@ def engine_pod(
         },
         "spec": pod_spec(ctx, container, [hostname(ctx.topo, pod.node)], scheduler),
     }
-
-
-def router_container(ctx: Context) -> dict[str, Any]:
-    router = ctx.spec.router
-    assert router is not None
-    container: dict[str, Any] = {
-        "name": "router",
-        "image": router.image,
-        "ports": [{"name": "http", "containerPort": router.port}],
-        "resources": {"requests": {"cpu": router.cpu, "memory": router.memory}},
-    }
-    if router.args:
-        container["args"] = list(router.args)
-    return container
-
-
-def router_selector(ctx: Context, replica: int) -> dict[str, str]:
-    return {"app.kubernetes.io/instance": f"{ctx.name}-r{replica}", "app.kubernetes.io/component": "router"}
-
-
-def router_service(ctx: Context, replica: int) -> dict[str, Any]:
-    assert ctx.spec.router is not None
-    name = f"{ctx.name}-r{replica}-router"
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": ctx.namespace, "labels": labels(ctx.spec, replica, "router")},
-        "spec": {
-            "selector": router_selector(ctx, replica),
-            "ports": [{"name": "http", "port": ctx.spec.router.port, "targetPort": "http"}],
-        },
-    }
-
-
-def router_docs(ctx: Context, rep: ReplicaPlacement, pod_labels: dict[str, str] | None = None) -> list[dict]:
-    """The router's Deployment (pinned to its node, which ``placer.dev/node`` records) and Service."""
-    if ctx.spec.router is None or rep.router is None:
-        return []
-    name = f"{ctx.name}-r{rep.index}-router"
-    lab = labels(ctx.spec, rep.index, "router")
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": name,
-            "namespace": ctx.namespace,
-            "labels": lab,
-            "annotations": {"placer.dev/node": rep.router},
-        },
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": router_selector(ctx, rep.index)},
-            "template": {
-                "metadata": {"labels": lab | (pod_labels or {})},
-                "spec": {"affinity": affinity([hostname(ctx.topo, rep.router)]), "containers": [router_container(ctx)]},
-            },
-        },
-    }
-    return [deployment, router_service(ctx, rep.index)]
 
 
 def leader_split(inst: InstancePlacement) -> tuple[int, list[int]] | None:

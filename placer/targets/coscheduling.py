@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from placer.placement import ReplicaPlacement
-from placer.targets.common import GROUP_LABEL, Context, engine_pod, labels, replica_pods, router_docs
+from placer.targets.common import GROUP_LABEL, Context, engine_pod, labels, replica_pods
+from placer.targets.router import router_docs
 
 DESCRIPTION = "kube-scheduler + scheduler-plugins coscheduling PodGroup, bare Pods pinned by node affinity"
 SCHEDULER = "scheduler-plugins-scheduler"

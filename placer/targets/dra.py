@@ -25,8 +25,8 @@ from placer.targets.common import (
     pod_annotations,
     pod_name,
     pod_spec,
-    router_docs,
 )
+from placer.targets.router import router_docs
 
 DESCRIPTION = "DRA ResourceClaimTemplates selecting the exact GPUs per node (CEL), coscheduling gang"
 CLAIM = "gpus"

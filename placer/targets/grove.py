@@ -34,10 +34,9 @@ from placer.targets.common import (
     leader_split,
     pod_annotations,
     pod_spec,
-    router_container,
-    router_service,
 )
 from placer.targets.nccl import instance_settings
+from placer.targets.router import router_container, router_service
 
 DESCRIPTION = "Grove PodCliqueSet per replica: cliques per role, scaling group per multi-node instance"
 # placer level -> Grove topology domain (region > zone > datacenter > block > rack > host > numa). An NVLink

@@ -19,7 +19,8 @@ from typing import Any
 
 from placer.levels import LEVEL_RANK
 from placer.placement import InstancePlacement, ReplicaPlacement
-from placer.targets.common import HOSTNAME, Context, engine_pod, labels, replica_pods, router_docs
+from placer.targets.common import HOSTNAME, Context, engine_pod, labels, replica_pods
+from placer.targets.router import router_docs
 
 DESCRIPTION = "KAI-Scheduler PodGroup (v2alpha2) with subgroups per pool/instance and a Topology"
 SCHEDULER = "kai-scheduler"

@@ -31,8 +31,8 @@ from placer.targets.common import (
     pod_name,
     pod_spec,
     replica_pods,
-    router_docs,
 )
+from placer.targets.router import router_docs
 
 DESCRIPTION = "Kueue TAS pod groups: podset required/slice topology annotations, queue label, narrowed affinity"
 QUEUE = "default"

@@ -31,8 +31,8 @@ from placer.targets.common import (
     leader_split,
     pod_annotations,
     pod_spec,
-    router_docs,
 )
+from placer.targets.router import router_docs
 
 DESCRIPTION = "LeaderWorkerSet per multi-node instance (leader and workers pinned) under the coscheduling gang"
 

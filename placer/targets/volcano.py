@@ -21,7 +21,8 @@ from typing import Any
 
 from placer.levels import LEVEL_RANK, LEVELS
 from placer.placement import ReplicaPlacement
-from placer.targets.common import Context, engine_pod, labels, replica_pods, router_docs
+from placer.targets.common import Context, engine_pod, labels, replica_pods
+from placer.targets.router import router_docs
 
 DESCRIPTION = "Volcano PodGroup (v1beta1) with networkTopology (hard) and subGroupPolicy per pool"
 SCHEDULER = "volcano"
@@ -32,7 +33,7 @@ GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 def tiers(ctx: Context) -> dict[str, int]:
     """HyperNode tier per level above the node: the spec's, else numbered from this cluster's levels."""
     if ctx.spec.scheduling.volcano_tiers:
-        return dict(ctx.spec.scheduling.volcano_tiers)
+        return {str(k): v for k, v in ctx.spec.scheduling.volcano_tiers.items()}
     above = [lv for lv in ctx.levels_present if LEVEL_RANK[lv] > LEVEL_RANK["node"]]
     return {lv: i + 1 for i, lv in enumerate(above)}
 
