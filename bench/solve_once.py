@@ -1,0 +1,33 @@
+"""One `placer solve` as the CLI runs it (load, build, solve, verify, emit manifests, write the record),
+timed by part; prints one JSON line for bench/run.py. Usage: solve_once.py SPEC CLUSTER TIME_LIMIT RECORD"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+from pathlib import Path
+
+from placer.emit import placement_text, write_atomic
+from placer.errors import PlacerError
+from placer.pipeline import run_solve
+from placer.solve import SolveOptions
+
+
+def main() -> None:
+    spec, cluster, limit, record = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]), Path(sys.argv[4])
+    try:
+        result = run_solve(spec, cluster, SolveOptions(time_limit_s=limit))
+        result.yaml()
+        write_atomic(record, placement_text(result.placement, record, result.spec))
+        st = result.placement.stats
+        out = {"status": st.status, "objective": st.objective, "bound": st.bound, "gap": st.gap}
+        out["seconds"] = st.seconds
+    except PlacerError as exc:
+        out = {"status": type(exc).__name__, "seconds": {}}
+    out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
