@@ -225,3 +225,49 @@ def test_cli_bad_target_and_bad_namespace_are_bad_input():
     assert run("solve", AGG, SMALL, "--target", "slurm").returncode == 2
     done = run("solve", AGG, SMALL, "--namespace", "Bad_NS")
     assert done.returncode == 2 and "--namespace" in done.stderr and done.stdout == ""
+
+
+def _with(spec: ServingTopology, **changes) -> ServingTopology:
+    data = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    for key, value in changes.items():
+        data[key] = data.get(key, {}) | value
+    return ServingTopology.model_validate(data)
+
+
+def test_scheduling_options_reach_the_objects(agg_small):
+    from test_targets import validate
+
+    spec, placement, report = agg_small
+    spec = _with(
+        spec,
+        scheduling={"queue": "team-a", "topology": "site-topology", "topologyLabels": {"rack": "example.com/rack"}},
+        router={"startFirst": True},
+    )
+    kai = build_manifests(spec, SMALL_TOPO, placement, report, target="kai")
+    assert "Topology" not in {d["kind"] for d in kai}  # the named one is referenced, not emitted
+    group = next(d for d in kai if d["kind"] == "PodGroup")
+    assert group["spec"]["queue"] == "team-a"
+    # small-mixed's replicas sit in racks r1 and r2 of leaf su1, and each on one node.
+    assert group["spec"]["topologyConstraint"] == {"topology": "site-topology", "requiredTopologyLevel": HOST_LABEL}
+    own = _with(spec, scheduling={"topology": None})
+    (topology,) = [
+        d for d in build_manifests(own, SMALL_TOPO, placement, report, target="kai") if d["kind"] == "Topology"
+    ]
+    validate(topology)
+    assert topology["spec"]["levels"] == [
+        {"nodeLabel": "placer.dev/leaf"},
+        {"nodeLabel": "example.com/rack"},
+        {"nodeLabel": HOST_LABEL},
+    ]
+    grove = build_manifests(spec, SMALL_TOPO, placement, report, target="grove")
+    pcs = next(d for d in grove if d["kind"] == "PodCliqueSet")
+    validate(pcs)
+    assert pcs["spec"]["template"]["cliqueStartupType"] == "CliqueStartupTypeExplicit"
+    assert [c["spec"].get("startsAfter") for c in pcs["spec"]["template"]["cliques"]] == [None, ["router"]]
+    volcano = build_manifests(
+        _with(spec, scheduling={"volcanoTiers": {"leaf": 3}}), SMALL_TOPO, placement, report, "volcano"
+    )
+    assert all("networkTopology" not in d["spec"] for d in volcano if d["kind"] == "PodGroup")  # one node: no tier
+
+
+HOST_LABEL = "kubernetes.io/hostname"
