@@ -1,0 +1,65 @@
+"""A few small benchmark cases as correctness checks (not timed): the benchmark's own code path on small
+generated clusters, asserting what the benchmark reports — placer never costs more than a baseline that
+keeps every hard rule, every placement it measures passes the checker, and the figures are consistent."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_run", ROOT / "bench" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_run"] = module  # dataclasses look their module up while the file executes
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "style,gpus,seed,spec",
+    [
+        ("dgx-h100", 128, 1, "llama-70b-disagg"),
+        ("gb200-nvl72", 144, 0, "llama-70b-disagg"),
+        ("dgx-h100", 128, 0, "tp16-multinode"),
+    ],
+)
+def test_small_benchmark_case(style, gpus, seed, spec, tmp_path):
+    bench = _bench()
+    placer, *baselines = bench.one_case(style, gpus, seed, spec, tmp_path, time_limit=20.0)
+    assert placer.policy == "placer"
+    if placer.outcome not in ("optimal", "feasible"):
+        # Then no baseline may have found a rule-keeping placement either.
+        assert all(b.outcome != "placed" or b.violations for b in baselines)
+        return
+    assert placer.violations == 0 and placer.units > 0
+    assert placer.nodes >= 1 and placer.racks >= 1 and placer.stranded >= 0
+    assert placer.extra["rss_mb"] > 0 and placer.extra["wall"] > 0
+    for b in baselines:
+        if b.outcome == "placed" and not b.violations:
+            assert placer.units <= b.units, (b.policy, b.units, placer.units)
+    names = [b.policy for b in baselines]
+    assert names == ["count-spread", "count-binpack", "kueue-bestfit", "exhaustive"]
+
+
+def test_report_renders_the_targets_table(tmp_path):
+    bench = _bench()
+    figs = bench.one_case("dgx-h100", 128, 0, "tp16-multinode", tmp_path, time_limit=20.0)
+    row = {
+        "style": "dgx-h100",
+        "gpus": 128,
+        "seed": 0,
+        "spec": "tp16-multinode",
+        "placer": figs[0].__dict__,
+        "baselines": [f.__dict__ for f in figs[1:]],
+    }
+    import argparse
+
+    text = bench.report([row], argparse.Namespace(seeds=1, time_limit=20.0))
+    assert "| dgx-h100-128 | tp16-multinode | 1 |" in text
+    assert "cost never above a baseline that keeps every hard rule" in text
