@@ -288,17 +288,16 @@ def _check_spread(spec: ServingTopology, topo: Topology, pl: Placement, r: Repor
     rank = LEVEL_RANK[spec.spread.level]
     owner: dict[str, int] = {}
     for rep in pl.replicas:
-        touched = set()
+        touched: set[str] = set()
         for inst in rep.instances:
             for n, g in _gpus_of(topo, inst):
-                spread_domain = None
-                for d in topo.ancestors(topo.gpu_domain(n, g)):
-                    if LEVEL_RANK[topo.domains[d].level] <= rank:
-                        spread_domain = d
-                touched.add(spread_domain)
-        for d in sorted(touched, key=str):
+                # The broadest domain at or below the spread level (the GPU's home when even that is broader).
+                home = topo.gpu_domain(n, g)
+                within = [d for d in topo.ancestors(home) if LEVEL_RANK[topo.domains[d].level] <= rank]
+                touched.add(within[-1] if within else home)
+        for d in sorted(touched):
             if d in owner and owner[d] != rep.index:
                 r.violations.append(
                     f"replicas {owner[d]} and {rep.index} share {d} (spread across {spec.spread.level})"
                 )
-            owner.setdefault(d, rep.index)  # type: ignore[arg-type]
+            owner.setdefault(d, rep.index)

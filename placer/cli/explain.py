@@ -106,10 +106,15 @@ def _show(spec, topo, placement, output, svg: Path | None, baselines: bool) -> N
     ex = explain_placement(spec, topo, placement, compared)
     if svg is not None:
         from placer.emit import write_atomic
+        from placer.errors import InputError
         from placer.svg import render_svg
         from placer.verify import check
 
-        write_atomic(svg, render_svg(spec, topo, placement, check(spec, topo, placement)))
+        try:
+            picture = render_svg(spec, topo, placement, check(spec, topo, placement))
+        except ValueError as exc:  # a hand-edited placement naming nodes or pools that do not exist
+            raise InputError(f"--svg: cannot draw this placement: {exc}") from None
+        write_atomic(svg, picture)
     if output is ExplainFormat.json:
         sys.stdout.write(json.dumps(to_json(ex), indent=2, sort_keys=True) + "\n")
         return
