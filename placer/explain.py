@@ -15,7 +15,7 @@ cluster, costed the same way.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from placer import cost, verify
@@ -118,6 +118,7 @@ class PolicyView:
     units: int | None
     violations: list[str]
     vs_placer: float | None  # units / placer's units
+    preferred_misses: int = 0  # TP groups broader than their pool's preferred level (placer minimises these first)
 
 
 @dataclass
@@ -245,7 +246,8 @@ def explain_placement(
     ex.terms = [CostTerm(name, weight, units, units / total if total else 0.0) for name, weight, units in parts]
     ex.slos = _slo_checks(spec, topo, placement, ex)
     placer_view = policy_view("placer", "placer (CP-SAT)", "placed", f"solver status: {st.status}", report)
-    ex.policies = [placer_view] + [_baseline_view(b, total) for b in baselines or []]
+    placer_view = replace(placer_view, preferred_misses=preferred_misses(spec, topo, report))
+    ex.policies = [placer_view] + [_baseline_view(spec, topo, b, total) for b in baselines or []]
     return ex
 
 
@@ -411,13 +413,25 @@ def policy_view(name: str, title: str, outcome: str, note: str, report: verify.R
     )
 
 
-def _baseline_view(result: Any, placer_units: int) -> PolicyView:
+def preferred_misses(spec: ServingTopology, topo: Topology, report: verify.Report) -> int:
+    """TP groups placed broader than their pool's preferred level: the solver's second objective, before
+    cost, so a policy that ignores preferences may be cheaper without being better."""
+    out = 0
+    for c in report.instances:
+        preferred = spec.pools[c.pool].placement.preferred
+        if preferred is not None and LEVEL_RANK[topo.domains[c.domain].level] > LEVEL_RANK[preferred]:
+            out += 1
+    return out
+
+
+def _baseline_view(spec: ServingTopology, topo: Topology, result: Any, placer_units: int) -> PolicyView:
     """A baseline's result (placer.baselines.BaselineResult) in the same terms as placer's."""
     if result.placement is None or result.report is None:
         return PolicyView(result.name, result.title, result.outcome, result.note, 0, {}, None, None, None, [], None)
     view = policy_view(result.name, result.title, result.outcome, result.note, result.report)
     ratio = view.units / placer_units if placer_units and view.units is not None else None
-    return PolicyView(**(asdict(view) | {"vs_placer": ratio}))
+    misses = preferred_misses(spec, topo, result.report)
+    return PolicyView(**(asdict(view) | {"vs_placer": ratio, "preferred_misses": misses}))
 
 
 # ---- machine output ----------------------------------------------------------------------------------

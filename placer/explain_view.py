@@ -218,13 +218,16 @@ def _policies(ex: Explanation) -> RenderableType:
     legend = "; ".join(f"{p.name} = {p.title}" for p in ex.policies[1:])
     t.caption = (
         "same cluster, same cost model, same checker; (n×) = times placer's figure; "
-        f"* = breaks a hard rule, so a lower cost proves nothing.\n{legend}"
+        f"* = breaks a hard rule, so a lower cost proves nothing; placer first keeps TP groups within their "
+        f"preferred level, then minimises cost.\n{legend}"
     )
     return t
 
 
 def _policy_row(pol: PolicyView, placer: PolicyView, pools: list[str]) -> list[str]:
     outcome = pol.outcome if pol.outcome != "placed" else f"placed {pol.replicas} replica(s)"
+    if pol.preferred_misses:
+        outcome += f", {pol.preferred_misses} outside preferred level"
     if pol.outcome != "placed":
         outcome += f": {escape(pol.note)}"
     cells = [pol.name, outcome]
