@@ -94,6 +94,9 @@ class Problem:
     router_nodes: tuple[int, ...] = ()
     kv_bytes: float = 0.0
     transfer_pair: tuple[str, str] | None = None
+    # Domains priced at a worst case over nodes whose links differ: the model's optimum is then not
+    # proven to be the true one, so the solver does not claim "optimal" (docs/DESIGN.md, Exactness).
+    unlike_domains: tuple[str, ...] = ()
 
     @property
     def has_router(self) -> bool:
@@ -265,7 +268,16 @@ def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
     )
     _add_transfer(problem, memo)
     _add_router(problem)
+    problem.unlike_domains = _unlike_domains(memo)
     return problem
+
+
+def _unlike_domains(memo: dict) -> tuple[str, ...]:
+    """Domains for which nodes priced up to them had different figures (see Problem.unlike_domains)."""
+    seen: dict[str, set[tuple[float, float]]] = {}
+    for (_node, domain), figs in memo.items():
+        seen.setdefault(domain, set()).add((figs.bandwidth_gbps, figs.latency_us))
+    return tuple(sorted(d for d, f in seen.items() if len(f) > 1))
 
 
 def _check_pool_fits(topo: Topology, name: str, pool: Pool, eligible: frozenset[int]) -> None:

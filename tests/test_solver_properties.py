@@ -299,3 +299,49 @@ def test_router_that_must_share_a_node_is_not_pruned_away():
     assert placement is not None and len(placement.replicas) == 1
     assert placement.replicas[0].router == "n1"
     assert check(spec_m, topo, placement).ok
+
+
+def test_no_optimality_claim_where_a_domain_mixes_unlike_nodes():
+    """A rack holding an NVLink node and a PCIe node is priced at its slowest links, so the model's optimum
+    need not be the real one: placer must say 'feasible' and give no bound (found by the baselines'
+    exhaustive enumerator, which beat a claimed optimum on such a rack)."""
+    cluster = ClusterSpec.model_validate(
+        {
+            "apiVersion": "placer.dev/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": "mixed-rack"},
+            "nodes": [
+                {"name": "nv", "rack": "r0", "gpus": {"count": 4, "product": "G", "memoryGiB": 80}},
+                {
+                    "name": "pc",
+                    "rack": "r0",
+                    "gpus": {"count": 4, "product": "G", "memoryGiB": 80},
+                    "interconnect": "pcie",
+                    "sockets": 2,
+                },
+            ],
+        }
+    )
+    spec = ServingTopology.model_validate(
+        {
+            "apiVersion": "placer.dev/v1alpha1",
+            "kind": "ServingTopology",
+            "metadata": {"name": "t"},
+            "model": {"layers": 4, "hiddenSize": 1024, "kvHeads": 2, "headDim": 64},
+            "pools": {
+                "aggregated": {
+                    "instances": 2,
+                    "tensorParallel": 3,
+                    "placement": {"required": "rack"},
+                    "template": {"image": "example.com/engine:1"},
+                }
+            },
+        }
+    )
+    topo = build_topology(cluster)
+    problem = build_problem(spec, topo)
+    assert problem.unlike_domains == ("rack/r0",)
+    placement = solve(problem, SolveOptions())
+    assert placement.stats.status == "feasible" and placement.stats.bound is None
+    assert any("optimality not claimed: rack/r0" in n for n in placement.stats.notes)
+    assert check(spec, topo, placement).ok
