@@ -23,6 +23,7 @@ from placer.k8s import field_alias
 from placer.levels import LEVEL_RANK
 from placer.placement import InstancePlacement, Placement, ReplicaPlacement
 from placer.spec import ServingTopology
+from placer.targets.nccl import instance_settings
 from placer.topology import Topology
 
 
@@ -56,6 +57,7 @@ class InstanceView:
     preferred: str | None
     preferred_met: bool
     units: int
+    nccl: list[dict[str, str]] = field(default_factory=list)  # [{name, value, reason}] for the --target outputs
 
 
 @dataclass(frozen=True)
@@ -286,6 +288,7 @@ def _instance_view(
         preferred=preferred,
         preferred_met=preferred is None or LEVEL_RANK[level] <= LEVEL_RANK[preferred],
         units=c.units,
+        nccl=[{"name": x.name, "value": x.value, "reason": x.reason} for x in instance_settings(spec, topo, inst)],
     )
 
 

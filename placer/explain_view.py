@@ -66,6 +66,8 @@ def render(ex: Explanation) -> RenderableType:
         )
     if ex.instances:
         parts.append(_instances(ex))
+    if any(i.nccl for i in ex.instances):
+        parts.append(_nccl(ex))
     if ex.transfers:
         parts.append(_transfers(ex))
     if ex.routers:
@@ -123,6 +125,22 @@ def _instances(ex: Explanation) -> RenderableType:
         )
     msg = {i.pool: i.message_bytes for i in ex.instances}
     t.caption = "all-reduce message per call: " + ", ".join(f"{p} {fmt_bytes(b)}" for p, b in sorted(msg.items()))
+    return t
+
+
+def _nccl(ex: Explanation) -> RenderableType:
+    """NCCL settings the --target outputs put in each engine's env, grouped where instances share them."""
+    groups: dict[tuple, list[str]] = {}
+    for i in ex.instances:
+        key = tuple((s["name"], s["value"], s["reason"]) for s in i.nccl)
+        groups.setdefault(key, []).append(f"r{i.replica} {i.pool}-{i.index}")
+    t = Table(title="NCCL settings (set by --target kai|volcano|kueue|grove|lws|dra, or --nccl)", title_justify="left")
+    for col in ("instances", "variable", "value", "why"):
+        t.add_column(col)
+    for key, who in groups.items():
+        names = ", ".join(who) if len(who) <= 4 else f"{', '.join(who[:3])} … ({len(who)} instances)"
+        for j, (name, value, reason) in enumerate(key):
+            t.add_row(names if j == 0 else "", name, escape(value), escape(reason))
     return t
 
 
