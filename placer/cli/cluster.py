@@ -126,7 +126,7 @@ def import_command(
         from placer.importers.summary import console_width, render_import, summarize
 
         Console(stderr=True, highlight=False, width=console_width(sys.stderr)).print(
-            render_import(result.report, summarize(result.spec, result.topology))
+            render_import(result.report, summarize(result.spec, result.topology)), crop=False
         )
     if out is None:
         sys.stdout.write(text)
@@ -161,4 +161,4 @@ def show_command(
         return
     from rich.console import Console
 
-    Console(highlight=False, width=console_width(sys.stdout)).print(render_summary(summary))
+    Console(highlight=False, width=console_width(sys.stdout)).print(render_summary(summary), crop=False)

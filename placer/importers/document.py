@@ -200,9 +200,10 @@ def nccl_overrides(
             continue
         domain = topo.lowest_common([topo.node_domain[index[d.name]] for d in drafts if d is not None])
         figure = peak.out_of_place.busbw_gbps
+        test = f"nccl-tests {run.operation}" if run.operation else "nccl-tests"
         source = (
-            f"nccl-tests {run.operation or 'run'} ({_basename(run.source)}): busbw {figure:g} GB/s at "
-            f"{peak.size_bytes} B, {len(run.ranks)} ranks on {len(run.hosts)} node(s)"
+            f"{test} ({_basename(run.source)}): busbw {figure:g} GB/s at {peak.size_bytes} B, "
+            f"{len(run.ranks)} ranks on {len(run.hosts)} node(s)"
         )
         if domain in by_domain:
             ledger.conflicts.append(

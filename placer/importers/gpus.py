@@ -66,12 +66,16 @@ def generation_of_product(product: str | None) -> str | None:
 
 
 def interconnect_of_product(product: str | None) -> str | None:
-    """ "pcie" for PCIe cards, "nvlink" for SXM / HGX parts, None when the name does not say."""
+    """``pcie`` for PCIe cards; ``nvlink`` for boards whose GPUs are all NVLink-connected (A100 SXM4 and later
+    SXM/HGX parts); None when the name does not say. V100 SXM2 boards are a hybrid cube mesh (not every pair)
+    and NVL cards are bridged in pairs, so neither is assumed."""
     if not product:
         return None
     if re.search(r"pcie", product, re.I):
         return "pcie"
-    if re.search(r"SXM|HBM3|GH200|GB\d00|B\d00(?!\d)|H200", product, re.I):
+    if re.search(r"NVL(?!ink)", product, re.I):
+        return None
+    if re.search(r"SXM[4-9]|HBM3|GH200|GB\d00|B\d00(?!\d)|H200", product, re.I):
         return "nvlink"
     return None
 

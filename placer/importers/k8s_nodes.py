@@ -252,7 +252,8 @@ def _node(item: Any, where: str, source: str, notes: list[Note]) -> K8sNode:
     if ready is not None and ready.get("status") != "True":
         reasons.append("not Ready")
     taints = []
-    for t in _get(item, "spec", "taints") or []:
+    raw_taints = _get(item, "spec", "taints")
+    for t in raw_taints if isinstance(raw_taints, list) else []:
         if isinstance(t, dict) and t.get("effect") in ("NoSchedule", "NoExecute"):
             taints.append(f"{t.get('key')}={t.get('value', '')}:{t.get('effect')}")
     provider = _get(item, "spec", "providerID")

@@ -132,10 +132,11 @@ def _requests(spec: dict[str, Any], other: set[str]) -> tuple[int, int, int]:
         k8s.parse_quantity(str(overhead.get("memory", 0))),
     ]
     out = [max(t + s, p) + e for t, s, p, e in zip(total, sidecars, peak, extra, strict=True)]
-    if out[0] != int(out[0]) or out[0] < 0 or out[0] > 1024:
+    # Bounds first: turning 1e999999 into an int would take minutes.
+    if out[1] > 10**6 or out[2] > 10**18 or min(out) < 0:
+        raise ValueError("CPU or memory request outside any node's range")
+    if out[0] > 1024 or out[0] != out[0].to_integral_value():
         raise ValueError(f"{GPU_RESOURCE} request {out[0]} is not a whole GPU count")
-    if out[1] > 10**9 or out[2] > 10**18:
-        raise ValueError("CPU or memory request beyond any node")
     return (
         int(out[0]),
         int((out[1] * 1000).to_integral_value("ROUND_CEILING")),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from placer.errors import InputError
@@ -253,8 +253,20 @@ def _apply_hardware(hw_file: HardwareFile, ledger: Ledger, inventory: bool) -> N
                 f"node {name}: {before.source} and {found.source} describe different GPUs or NVLinks; "
                 f"using {found.source}"
             )
-        draft.hardware = found
+        draft.hardware = _complement(found, before) if before is not None else found
         ledger.set(draft, "gpus", len(found.gpus), origin)
+
+
+def _complement(new: hw.NodeHardware, old: hw.NodeHardware) -> hw.NodeHardware:
+    """The later file wins, but what only the earlier one knows (a hint file's PCI device ids and compute
+    capability) is kept, GPU by GPU, when both describe the same number of GPUs."""
+    if len(new.gpus) != len(old.gpus):
+        return new
+    gpus = tuple(
+        replace(g, device_id=g.device_id or o.device_id, sm=g.sm or o.sm, bus_id=g.bus_id or o.bus_id)
+        for g, o in zip(new.gpus, old.gpus, strict=True)
+    )
+    return replace(new, gpus=gpus)
 
 
 def _hardware_differs(a: hw.NodeHardware, b: hw.NodeHardware) -> bool:
@@ -470,26 +482,29 @@ def _partition_difference(ledger: Ledger, level: str, a: str, b: str) -> str | N
     return None
 
 
+PLURAL = {"nvlink-domain": "NVLink domains", "rack": "racks", "leaf": "leaves"}
+
+
 def check_nesting(ledger: Ledger) -> None:
-    """Every NVLink domain inside one rack, every rack under one leaf (placer's levels nest)."""
-    chain = ("nvlink-domain", "rack", "leaf")
-    parents: dict[tuple[str, str], tuple[str, str]] = {}
+    """Every NVLink domain inside one rack and one leaf, every rack under one leaf (placer's levels nest).
+    A node without a rack or NVLink domain is alone in it; nodes without a leaf share the default one."""
+    pairs = (("nvlink-domain", "leaf"), ("nvlink-domain", "rack"), ("rack", "leaf"))
+    parents: dict[tuple[str, str, str], tuple[str, str]] = {}
     for name in sorted(ledger.drafts, key=natural_key):
         draft = ledger.drafts[name]
         mine = final_domains(draft)
-        values = [mine.get(lvl, f"~{name}") for lvl in chain[:2]] + [mine.get("leaf", "default")]
-        for k in range(2):
-            child = (chain[k], values[k])
-            if child[1].startswith("~"):
+        for child_level, parent_level in pairs:
+            child = mine.get(child_level)
+            if child is None:
                 continue
-            parent = values[k + 1]
-            seen = parents.setdefault(child, (parent, name))
+            parent = mine.get(parent_level, "default" if parent_level == "leaf" else f"~{name}")
+            seen = parents.setdefault((child_level, child, parent_level), (parent, name))
             if seen[0] != parent:
-                where = {lvl: _origin_of(draft, lvl) for lvl in chain}
+                given = _origin_of(draft, parent_level) or "none given"
                 raise InputError(
-                    f"{chain[k]} {child[1]!r} ({where[chain[k]]}) spans {chain[k + 1]}s {_lbl(seen[0])} "
-                    f"(node {seen[1]}) and {_lbl(parent)} (node {name}, {where[chain[k + 1]] or 'none given'}): "
-                    "placer's levels must nest; choose other label keys with --level-label or --label-preset"
+                    f"{child_level} {child!r} ({_origin_of(draft, child_level)}) spans {PLURAL[parent_level]} "
+                    f"{_lbl(seen[0])} (node {seen[1]}) and {_lbl(parent)} (node {name}, {given}): placer's levels "
+                    "must nest; choose other label keys with --level-label or --label-preset"
                 )
 
 

@@ -176,7 +176,7 @@ def parse_nccl_xml(text: str, source: str) -> NcclTopology:
             "not a topology; dump the topology with NCCL_TOPO_DUMP_FILE=<file> instead",
         )
     if root.tag != "system":
-        raise error(source, root.line, f"expected an NCCL topology file (<system>), found <{short(root.tag, 30)}>")
+        raise error(source, root.line, f"expected an NCCL topology file (<system>), found <{root.tag[:40]}>")
     notes: list[Note] = []
     _check_vocabulary(root, source, notes)
     numa_nodes: list[int] = []
@@ -329,13 +329,13 @@ def _check_vocabulary(root: Element, source: str, notes: list[Note]) -> None:
             key = f"<{element.tag}>"
             if key not in seen:
                 seen.add(key)
-                notes.append(Note(source, element.line, f"element <{short(element.tag, 30)}> not understood"))
+                notes.append(Note(source, element.line, f"element <{element.tag[:40]}> not understood"))
             continue
         for attr in sorted(set(element.attrs) - known):
             key = f"<{element.tag} {attr}>"
             if key not in seen:
                 seen.add(key)
-                notes.append(Note(source, element.line, f"attribute {short(attr, 30)} of <{element.tag}> ignored"))
+                notes.append(Note(source, element.line, f"attribute {attr[:40]} of <{element.tag}> ignored"))
     notes.sort(key=lambda n: (n.line or 0, n.text))
 
 

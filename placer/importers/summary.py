@@ -184,13 +184,18 @@ def render_import(report: ImportReport, summary: ClusterSummary) -> RenderableTy
     parts: list[RenderableType] = [sources, render_summary(summary), origins]
     if report.conflicts:
         parts.append(Text(f"conflicts ({len(report.conflicts)}):", style="bold red"))
-        parts.extend(Text(f"  - {c}") for c in report.conflicts)
+        parts.extend(_line(f"  - {c}") for c in report.conflicts)
     if report.notes:
         parts.append(Text(f"not understood or not used ({len(report.notes)}):", style="bold"))
-        parts.extend(Text(f"  - {n}") for n in report.notes[:MAX_NOTES])
+        parts.extend(_line(f"  - {n}") for n in report.notes[:MAX_NOTES])
         if len(report.notes) > MAX_NOTES:
             parts.append(Text(f"  ... and {len(report.notes) - MAX_NOTES} more"))
     return Group(*parts)
+
+
+def _line(text: str) -> Text:
+    """One message per line, never wrapped, so that it can be grepped."""
+    return Text(text, no_wrap=True, overflow="ignore")
 
 
 def console_width(stream: Any) -> int | None:

@@ -100,7 +100,7 @@ def parse_topo_matrix(text: str, source: str) -> TopoMatrix:
             )
         values, info = _split_row(lines[row], n, source, row + 1)
         if values[0] != label:
-            hint = " (two rows run together?)" if values[0] in header.devices else ""
+            hint = f" (the row of {label} is missing?)" if values[0] in header.devices else ""
             raise error(source, row + 1, f"expected the row of {label}, found {short(values[0])}{hint}")
         if any(v in header.devices for v in info):
             raise error(

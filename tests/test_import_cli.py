@@ -1,0 +1,109 @@
+"""``placer cluster import`` and ``placer cluster show`` through a real subprocess: the cluster YAML goes to
+--out or stdout (and loads), the summary to stderr, bad input exits 2 with the file and reason and no
+traceback, and the same inputs give the same bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from placer.load import load_cluster
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "tests" / "data" / "samples"
+
+
+def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PLACER_DEBUG"}
+    return subprocess.run(
+        [sys.executable, "-m", "placer", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_import_writes_the_file_and_the_summary_goes_to_stderr(tmp_path: Path) -> None:
+    out = tmp_path / "cluster.yaml"
+    args = [
+        "cluster", "import",
+        "--slurm", SAMPLES / "topograph-generated-slurm-block.conf",
+        "--topo", f"srv*={SAMPLES / 'hgx-h200-12nic-topo-m.txt'}",
+        "--gpu-product", "NVIDIA-H200", "--gpu-memory-gib", "141",
+        "--name", "gb-lab",
+    ]  # fmt: skip
+    proc = run(*args, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    for fragment in (
+        "slurm topology",
+        "block: 96 nodes",
+        "768: 0 busy, 768 free",
+        "NVIDIA-H200",
+        "12 named, 12 in the solver's tree",
+        "where each field came from",
+        "BlockSizes=8,16,32: aggregated blocks have no placer level",
+        f"wrote {out}",
+    ):
+        assert fragment in proc.stderr, fragment
+    spec = load_cluster(out)
+    assert spec.metadata.name == "gb-lab" and len(spec.nodes) == 96
+    again = run(*args, "-q")
+    assert again.returncode == 0 and again.stderr == ""
+    assert again.stdout == out.read_text()  # same inputs, same bytes; without -o the YAML is on stdout
+
+
+def test_show_prints_a_summary_and_json(tmp_path: Path) -> None:
+    out = tmp_path / "c.yaml"
+    assert (
+        run("cluster", "import", "--nccl-xml", f"p4d={SAMPLES / 'aws-p4d-24xl-topo.xml'}", "-q", "-o", out).returncode
+        == 0
+    )
+    table = run("cluster", "show", out)
+    assert table.returncode == 0 and "nvidia-a100-sxm4-40gb-x8" in table.stdout and "8: 0 busy, 8 free" in table.stdout
+    data = json.loads(run("cluster", "show", out, "--json").stdout)
+    assert (data["nodes"], data["gpus"], data["gpus_by_product"]) == (1, 8, {"NVIDIA-A100-SXM4-40GB": 8})
+    assert data["classes"][0]["nics"] == 4 and "fabric.network.railGBps" in data["defaults"]
+    fixture = json.loads(
+        run("cluster", "show", ROOT / "fixtures" / "clusters" / "gb200-nvl72-1008.yaml", "--json").stdout
+    )
+    assert fixture["domains_in_tree"]["nvlink-domain"] == 14 and fixture["gpus"] == 1008
+
+
+def test_bad_input_exits_2_with_the_reason_and_nothing_on_stdout(tmp_path: Path) -> None:
+    proc = run("cluster", "import", "--nccl-xml", SAMPLES / "azure-ncv4-graph.xml")
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"error: {SAMPLES / 'azure-ncv4-graph.xml'}:2: this is an NCCL graph file")
+    strict = run(
+        "cluster", "import", "--strict",
+        "--nodes", SAMPLES / "k8s-gpu-node-kubectl-get-nodes.json",
+        "--topo", f"nori={SAMPLES / 'a100-pcie-2gpu-topo-m.txt'}",
+    )  # fmt: skip
+    assert strict.returncode == 2 and "conflicting sources (--strict)" in strict.stderr and strict.stdout == ""
+    missing = run("cluster", "show", tmp_path / "nope.yaml")
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+
+
+def test_show_reads_what_import_printed(tmp_path: Path) -> None:
+    proc = run("cluster", "import", "--nodes", SAMPLES / "k8s-gpu-node-kubectl-get-nodes.json", "-q")
+    assert proc.returncode == 0
+    doc = yaml.safe_load(proc.stdout)
+    assert doc["nodes"] == [
+        {
+            "name": "nori",
+            "class": "nvidia-a16-4q-x1",
+            "labels": {
+                "kubernetes.io/hostname": "nori",
+                "node.kubernetes.io/instance-type": "rke2",
+                "nvidia.com/gpu.product": "NVIDIA-A16-4Q",
+            },
+        }
+    ]
