@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ def is_node_name(name: str) -> bool:
     return len(name) <= 253 and bool(k8s.DNS1123_SUBDOMAIN.match(name))
 
 
+@lru_cache(maxsize=4096)
 def is_label_value(value: str) -> bool:
     try:
         k8s.check_label_value(value)
@@ -65,6 +67,7 @@ def is_label_value(value: str) -> bool:
     return bool(value)
 
 
+@lru_cache(maxsize=4096)
 def is_label_key(key: str) -> bool:
     try:
         k8s.check_label_key(key)

@@ -155,7 +155,8 @@ def fabric_from_hardware(ledger: Ledger) -> tuple[dict[str, Any], dict[str, tupl
         found = draft.hardware
         if found is None or not found.nics or draft.values.get("gpus") != len(found.gpus):
             continue
-        used = [n for n in found.nics if n.name in hw.rails(found)]
+        rail_names = hw.rails(found)
+        used = [n for n in found.nics if n.name in rail_names]
         rails.setdefault(len(used), []).append(draft.name)
         for nic in used:
             if nic.bandwidth_gbps:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from placer.importers.common import Note
 
@@ -56,9 +57,12 @@ class NicInfo:
     kind: str | None = None  # "infiniband", "ethernet"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class NodeHardware:
-    """A node's GPUs, NICs and the link code of every GPU pair (``links[(i, j)]`` with ``i < j``)."""
+    """A node's GPUs, NICs and the link code of every GPU pair (``links[(i, j)]`` with ``i < j``).
+
+    Compared and hashed by identity: one file describes many nodes, and what is derived from it below is
+    computed once per file (``lru_cache``), not once per node."""
 
     source: str
     kind: str  # "nvidia-smi topo -m" or "NCCL topology XML"
@@ -79,6 +83,7 @@ class NodeHardware:
         return [g.index for g in self.gpus]
 
 
+@lru_cache(maxsize=1024)
 def nvlink_islands(hw: NodeHardware) -> list[list[int]]:
     """GPUs connected through NVLink, directly or via other GPUs; only groups of two or more."""
     parent = {i: i for i in hw.indices}
@@ -99,16 +104,19 @@ def nvlink_islands(hw: NodeHardware) -> list[list[int]]:
     return sorted((sorted(g) for g in groups.values() if len(g) > 1), key=lambda g: g[0])
 
 
+@lru_cache(maxsize=1024)
 def all_pairs_nvlink(hw: NodeHardware) -> bool:
     """Every GPU pair is NVLink-connected (an NVSwitch board or a full mesh): the node's interconnect."""
     return len(hw.gpus) > 1 and all(nvlinks(c) for c in hw.links.values())
 
 
+@lru_cache(maxsize=1024)
 def min_nvlinks(hw: NodeHardware) -> int:
     """The narrowest NVLink bond between two GPUs of the node (0 if some pair has none)."""
     return min((nvlinks(c) for c in hw.links.values()), default=0)
 
 
+@lru_cache(maxsize=1024)
 def sockets(hw: NodeHardware) -> tuple[dict[int, int], str]:
     """Socket (NUMA node) of every GPU and how it was found: the NUMA affinity column, else groups of equal
     CPU affinity, else the GPU groups that ``SYS`` links separate, else one socket."""
@@ -139,6 +147,7 @@ def _non_sys_groups(hw: NodeHardware) -> list[list[int]]:
     return groups
 
 
+@lru_cache(maxsize=1024)
 def rails(hw: NodeHardware) -> list[str]:
     """NICs that are the nearest NIC of at least one GPU: the ones its traffic leaves the node through."""
     used: set[str] = set()

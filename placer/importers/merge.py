@@ -413,7 +413,7 @@ def _derive_links(draft: Draft, found: hw.NodeHardware | None, generation: str |
     if found is not None:
         socket_of, how = hw.sockets(found)
         ledger.set(draft, "sockets", len(set(socket_of.values())), f"{origin}, {how}")
-        draft.socket_of = socket_of
+        draft.socket_of = dict(socket_of)
     elif draft.values["gpus"] > 1:
         ledger.set(draft, "sockets", 1, DEFAULT)
     if draft.values["gpus"] < 2:
