@@ -318,3 +318,27 @@ def test_nothing_to_import_and_unmatched_patterns() -> None:
     result = import_cluster(ImportOptions(slurm=SAMPLES / "slurm-topology-tree.conf", topo=(f"gpu-*={H200}",)))
     assert any(n.text == "pattern 'gpu-*' matches no node; file not used" for n in result.report.notes)
     assert sum(len(n.gpus) for n in result.topology.nodes) == 0
+
+
+def test_files_without_an_inventory_each_make_their_own_node() -> None:
+    result = import_cluster(ImportOptions(topo=(H200, str(SAMPLES / "dgx-a100-topo-m.txt"))))
+    assert [n["name"] for n in result.document["nodes"]] == ["dgx-a100-topo-m", "hgx-h200-12nic-topo-m"]
+    assert result.report.conflicts == []
+    assert sorted(result.report.provenance["sockets"].values()) == [1, 1]
+    with pytest.raises(InputError, match=r"'Node_1' is not a node name \(lower-case DNS-1123"):
+        import_cluster(ImportOptions(topo=(f"Node_1={H200}",)))
+
+
+def test_names_reach_nodes_through_short_names_and_ambiguous_ones_do_not(tmp_path: Path) -> None:
+    nodes = [k8s_node(n, H100_LABELS) for n in ("gpu-1.rack-a.example", "gpu-2.rack-a.example", "gpu-2.rack-b.example")]
+    result = import_cluster(
+        ImportOptions(
+            nodes=write(tmp_path, "n.json", nodes),
+            topo=(f"gpu-1={SAMPLES / 'dgx-a100-topo-m.txt'}", f"gpu-2={SAMPLES / 'dgx-a100-topo-m.txt'}"),
+        )
+    )
+    assert result.report.provenance["sockets"] == {
+        f"nvidia-smi topo -m ({SAMPLES / 'dgx-a100-topo-m.txt'}), NUMA affinity": 1,
+        "default": 2,
+    }
+    assert any(n.text == "pattern 'gpu-2' matches no node; file not used" for n in result.report.notes)

@@ -18,7 +18,8 @@ import yaml
 from placer import API_VERSION
 from placer.importers import hardware as hw
 from placer.importers.common import Note, natural_key
-from placer.importers.merge import DEFAULT, Draft, Ledger, final_domains
+from placer.importers.domains import final_domains
+from placer.importers.ledger import DEFAULT, Draft, Ledger
 from placer.importers.nccl_tests import NcclTestRun
 from placer.topology import Topology
 

@@ -21,24 +21,23 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import Counter
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 from placer.errors import InputError
 from placer.importers import gpus as gpu_table
 from placer.importers import hardware as hw
 from placer.importers.aws_topology import InstanceTopology
-from placer.importers.common import Note, natural_key
-from placer.importers.k8s_nodes import LEVEL_NAMES, LabelScheme, NodesFile, domains_from_labels, kept_labels
+from placer.importers.common import Note, is_node_name
+from placer.importers.domains import RACK_FROM_NVLINK, add_domain, check_partitions, final_domains
+from placer.importers.k8s_nodes import LabelScheme, NodesFile, domains_from_labels, kept_labels
 from placer.importers.k8s_pods import PodsFile
+from placer.importers.ledger import DEFAULT, Draft, Ledger
 from placer.importers.nccl_tests import NcclTestRun
 from placer.importers.slurm import SlurmTopology
 
 DEFAULT_PRODUCT = "unknown"
 DEFAULT_MEMORY_GIB = 1.0
 """A GPU whose memory no source reports gets 1 GiB, so that no memory floor in a spec is met by a guess."""
-DEFAULT = "default"
-RACK_FROM_NVLINK = "its NVLink domain (placer nests each NVLink domain in one rack)"
 _GLOB = re.compile(r"[*?\[]")
 
 
@@ -68,68 +67,16 @@ class Defaults:
     memory_gib: float | None = None
 
 
-@dataclass
-class Draft:
-    """One node while sources are applied: values and, per field, the source that gave them."""
-
-    name: str
-    labels: dict[str, str] = field(default_factory=dict)
-    values: dict[str, Any] = field(default_factory=dict)
-    origin: dict[str, str] = field(default_factory=dict)
-    domains: dict[str, dict[str, str]] = field(default_factory=dict)  # level -> source -> value
-    hardware: hw.NodeHardware | None = None
-    socket_of: dict[int, int] | None = None  # GPU index -> socket, from the hardware file
-    sm: int | None = None
-    unavailable: int = 0
-    busy: list[int] = field(default_factory=list)
-    used_cpu_m: int = 0
-    used_memory_bytes: int = 0
-
-
-@dataclass
-class Ledger:
-    """Drafts by name, the aliases other sources use for them, notes and conflicts."""
-
-    drafts: dict[str, Draft] = field(default_factory=dict)
-    aliases: dict[str, str] = field(default_factory=dict)
-    notes: list[Note] = field(default_factory=list)
-    conflicts: list[str] = field(default_factory=list)
-
-    def set(self, draft: Draft, key: str, value: Any, origin: str) -> None:
-        old = draft.values.get(key)
-        if key in draft.values and old != value and draft.origin.get(key, DEFAULT) != DEFAULT:
-            self.conflicts.append(
-                f"node {draft.name}: {key} is {_show(old)} from {draft.origin[key]} but {_show(value)} from {origin}; "
-                f"using {origin}"
-            )
-        draft.values[key] = value
-        draft.origin[key] = origin
-
-    def resolve(self, name: str) -> Draft | None:
-        found = self.aliases.get(name) or self.aliases.get(name.split(".", 1)[0])
-        return self.drafts.get(found) if found else None
-
-    def add(self, name: str) -> Draft:
-        draft = self.drafts.setdefault(name, Draft(name))
-        for alias in (name, name.split(".", 1)[0]):
-            self.aliases.setdefault(alias, name)
-        return draft
-
-
-def _show(value: Any) -> str:
-    return repr(value) if isinstance(value, str) else str(value)
-
-
 def apply_sources(sources: Sources, scheme: LabelScheme, defaults: Defaults) -> Ledger:
     """Phases 1-3: the drafts of every node with values, provenance, busy GPUs and domains."""
     ledger = Ledger()
-    _node_set(sources, ledger)
+    named = _node_set(sources, ledger)
     if sources.slurm is not None:
         _apply_slurm(sources.slurm, ledger)
     if sources.aws is not None:
         _apply_aws(sources.aws, ledger)
-    for hw_file in sources.hardware:
-        _apply_hardware(hw_file, ledger, bool(sources.nodes or sources.slurm or sources.aws))
+    for k, hw_file in enumerate(sources.hardware):
+        _apply_hardware(hw_file, ledger, named.get(k))
     if sources.nodes is not None:
         _apply_k8s(sources.nodes, scheme, ledger)
     for draft in ledger.drafts.values():
@@ -137,25 +84,26 @@ def apply_sources(sources: Sources, scheme: LabelScheme, defaults: Defaults) -> 
     if sources.pods is not None:
         _apply_pods(sources.pods, ledger)
     for draft in ledger.drafts.values():
-        _mark_busy(draft, ledger)
+        _mark_busy(draft)
         if "nvlink-domain" in draft.domains and "rack" not in draft.domains:
             # A node without a rack is alone in its rack, so a multi-node NVLink domain needs one to nest in.
-            _domain(draft, "rack", final_domains(draft)["nvlink-domain"], RACK_FROM_NVLINK)
-    _check_partitions(ledger)
+            add_domain(draft, "rack", final_domains(draft)["nvlink-domain"], RACK_FROM_NVLINK)
+    check_partitions(ledger)
     return ledger
 
 
 # --- phase 1: the node set --------------------------------------------------------------------------------
 
 
-def _node_set(sources: Sources, ledger: Ledger) -> None:
+def _node_set(sources: Sources, ledger: Ledger) -> dict[int, str]:
+    """Create the nodes; returns, per hardware file that names its own node, that node."""
     if sources.nodes is not None:
         for node in sources.nodes.nodes:
             ledger.add(node.name)
             for alias in (node.labels.get("kubernetes.io/hostname"), node.instance_id):
                 if alias:
-                    ledger.aliases.setdefault(alias, node.name)
-        return
+                    ledger.alias(alias, node.name)
+        return {}
     if sources.slurm is not None:
         for name in sources.slurm.nodes:
             ledger.add(name)
@@ -163,25 +111,27 @@ def _node_set(sources: Sources, ledger: Ledger) -> None:
         for inst in sources.aws.instances:
             ledger.add(inst.instance_id)
     inventory = bool(sources.slurm or sources.aws)
-    for hw_file in sources.hardware:
-        pattern = hw_file.pattern
+    named: dict[int, str] = {}
+    for k, hw_file in enumerate(sources.hardware):
+        pattern, source = hw_file.pattern, hw_file.hardware.source
         if not _GLOB.search(pattern):
-            if pattern not in ledger.drafts and inventory:
+            if inventory and ledger.resolve(pattern) is None:
                 continue  # reported when applied: a name the inventory does not know
+            if not is_node_name(pattern):
+                raise InputError(f"{source}: {pattern!r} is not a node name (lower-case DNS-1123, e.g. dgx-01)")
             ledger.add(pattern)
         elif not inventory:
             if pattern != "*":
                 raise InputError(
-                    f"{hw_file.hardware.source}: pattern {pattern!r} needs --nodes, --slurm or --aws-topology to "
-                    "match node names against; give one node name instead (NAME=FILE)"
+                    f"{source}: pattern {pattern!r} needs --nodes, --slurm or --aws-topology to match node names "
+                    "against; give one node name instead (NAME=FILE)"
                 )
-            name = _name_from_file(hw_file.hardware.source, ledger)
-            ledger.add(name)
+            named[k] = _name_from_file(source, ledger)
+            ledger.add(named[k])
             ledger.notes.append(
-                Note(
-                    hw_file.hardware.source, None, f"no node inventory given: the node is named {name!r} after the file"
-                )
+                Note(source, None, f"no node inventory given: the node is named {named[k]!r} after the file")
             )
+    return named
 
 
 def _name_from_file(source: str, ledger: Ledger) -> str:
@@ -196,10 +146,6 @@ def _name_from_file(source: str, ledger: Ledger) -> str:
 # --- phase 2: sources in order ----------------------------------------------------------------------------
 
 
-def _domain(draft: Draft, level: str, value: str, origin: str) -> None:
-    draft.domains.setdefault(level, {})[origin] = value
-
-
 def _apply_slurm(slurm: SlurmTopology, ledger: Ledger) -> None:
     origin = f"slurm ({slurm.source})"
     unknown = []
@@ -209,9 +155,9 @@ def _apply_slurm(slurm: SlurmTopology, ledger: Ledger) -> None:
             unknown.append(name)
             continue
         if name in slurm.leaf_of:
-            _domain(draft, "leaf", slurm.leaf_of[name], origin)
+            add_domain(draft, "leaf", slurm.leaf_of[name], origin)
         if name in slurm.nvlink_of:
-            _domain(draft, "nvlink-domain", slurm.nvlink_of[name], origin)
+            add_domain(draft, "nvlink-domain", slurm.nvlink_of[name], origin)
     if unknown:
         ledger.notes.append(
             Note(slurm.source, None, f"{len(unknown)} Slurm node(s) are not cluster nodes, e.g. {unknown[0]}")
@@ -227,21 +173,23 @@ def _apply_aws(aws: InstanceTopology, ledger: Ledger) -> None:
             unknown.append(inst.instance_id)
             continue
         if inst.leaf:
-            _domain(draft, "leaf", inst.leaf, origin)
+            add_domain(draft, "leaf", inst.leaf, origin)
         if inst.instance_type and "node.kubernetes.io/instance-type" not in draft.labels:
             draft.labels["node.kubernetes.io/instance-type"] = inst.instance_type
     if unknown:
         ledger.notes.append(Note(aws.source, None, f"{len(unknown)} instance(s) match no node, e.g. {unknown[0]}"))
 
 
-def _apply_hardware(hw_file: HardwareFile, ledger: Ledger, inventory: bool) -> None:
+def _apply_hardware(hw_file: HardwareFile, ledger: Ledger, own_node: str | None) -> None:
     found = hw_file.hardware
     origin = f"{found.kind} ({found.source})"
-    names = [n for n in ledger.drafts if fnmatch.fnmatchcase(n, hw_file.pattern)]
-    if not _GLOB.search(hw_file.pattern) and not names and ledger.resolve(hw_file.pattern):
-        names = [ledger.resolve(hw_file.pattern).name]  # type: ignore[union-attr]
-    if not names and hw_file.pattern == "*":
-        names = [n for n in ledger.drafts if not inventory]
+    if own_node is not None:
+        names = [own_node]
+    elif _GLOB.search(hw_file.pattern):
+        names = [n for n in ledger.drafts if fnmatch.fnmatchcase(n, hw_file.pattern)]
+    else:
+        target = ledger.resolve(hw_file.pattern)
+        names = [target.name] if target is not None else []
     if not names:
         ledger.notes.append(Note(found.source, None, f"pattern {hw_file.pattern!r} matches no node; file not used"))
         return
@@ -296,6 +244,13 @@ def _apply_k8s(nodes: NodesFile, scheme: LabelScheme, ledger: Ledger) -> None:
             ledger.set(draft, "gpus", capacity, origin)
             if node.gpu_allocatable is not None and node.gpu_allocatable < capacity:
                 draft.unavailable = capacity - node.gpu_allocatable
+                ledger.notes.append(
+                    Note(
+                        nodes.source,
+                        None,
+                        f"node {node.name}: {draft.unavailable} of {capacity} GPUs not allocatable: marked busy",
+                    )
+                )
         if node.product:
             ledger.set(draft, "product", node.product, labels_origin)
         if node.memory_gib:
@@ -326,7 +281,7 @@ def _apply_k8s(nodes: NodesFile, scheme: LabelScheme, ledger: Ledger) -> None:
                 )
             )
         for level, value in found.domains[node.name].items():
-            _domain(draft, level, value, labels_origin)
+            add_domain(draft, level, value, labels_origin)
 
 
 def _apply_pods(pods: PodsFile, ledger: Ledger) -> None:
@@ -358,16 +313,13 @@ def _apply_pods(pods: PodsFile, ledger: Ledger) -> None:
         ledger.notes.append(Note(pods.source, None, f"{n} pod(s) on node {name}, which is not in the cluster"))
 
 
-def _mark_busy(draft: Draft, ledger: Ledger) -> None:
+def _mark_busy(draft: Draft) -> None:
     """GPUs the device plugin does not offer (capacity - allocatable) are busy too: the highest free ones."""
     if not draft.unavailable:
         return
     count = draft.values.get("gpus") or 0
     free = [i for i in range(count) if i not in draft.busy]
     draft.busy.extend(free[len(free) - min(draft.unavailable, len(free)) :])
-    ledger.notes.append(
-        Note(draft.name, None, f"{draft.unavailable} GPU(s) in capacity but not allocatable: marked busy")
-    )
 
 
 # --- phase 3: derived values and defaults -----------------------------------------------------------------
@@ -438,80 +390,3 @@ def _derive_links(draft: Draft, found: hw.NodeHardware | None, generation: str |
             ledger.set(draft, "nvlinkGBps", gen.gbps_per_link * gen.links_per_gpu, f"generation table ({gen.name})")
         else:
             ledger.set(draft, "nvlinkGBps", None, DEFAULT)
-
-
-# --- domains ----------------------------------------------------------------------------------------------
-
-
-def final_domains(draft: Draft) -> dict[str, str]:
-    """Per level, the value of the latest source that named one (sources were applied in order)."""
-    return {level: list(by.values())[-1] for level, by in draft.domains.items() if by}
-
-
-def _check_partitions(ledger: Ledger) -> None:
-    """Two sources conflict on a level when they group the same nodes differently (names may differ)."""
-    for level in LEVEL_NAMES:
-        origins: list[str] = []
-        for draft in ledger.drafts.values():
-            for origin in draft.domains.get(level, {}):
-                if origin not in origins:
-                    origins.append(origin)
-        for i, a in enumerate(origins):
-            for b in origins[i + 1 :]:
-                problem = _partition_difference(ledger, level, a, b)
-                if problem:
-                    ledger.conflicts.append(f"{level}: {problem}; using {b}")
-
-
-def _partition_difference(ledger: Ledger, level: str, a: str, b: str) -> str | None:
-    forward: dict[str, tuple[str, str]] = {}
-    backward: dict[str, tuple[str, str]] = {}
-    for name in sorted(ledger.drafts, key=natural_key):
-        by = ledger.drafts[name].domains.get(level, {})
-        if a not in by or b not in by:
-            continue
-        va, vb = by[a], by[b]
-        if va in forward and forward[va][0] != vb:
-            other = forward[va][1]
-            return f"{a} puts {other} and {name} together ({va!r}) but {b} separates them ({forward[va][0]!r}, {vb!r})"
-        if vb in backward and backward[vb][0] != va:
-            other = backward[vb][1]
-            return f"{b} puts {other} and {name} together ({vb!r}) but {a} separates them ({backward[vb][0]!r}, {va!r})"
-        forward.setdefault(va, (vb, name))
-        backward.setdefault(vb, (va, name))
-    return None
-
-
-PLURAL = {"nvlink-domain": "NVLink domains", "rack": "racks", "leaf": "leaves"}
-
-
-def check_nesting(ledger: Ledger) -> None:
-    """Every NVLink domain inside one rack and one leaf, every rack under one leaf (placer's levels nest).
-    A node without a rack or NVLink domain is alone in it; nodes without a leaf share the default one."""
-    pairs = (("nvlink-domain", "leaf"), ("nvlink-domain", "rack"), ("rack", "leaf"))
-    parents: dict[tuple[str, str, str], tuple[str, str]] = {}
-    for name in sorted(ledger.drafts, key=natural_key):
-        draft = ledger.drafts[name]
-        mine = final_domains(draft)
-        for child_level, parent_level in pairs:
-            child = mine.get(child_level)
-            if child is None:
-                continue
-            parent = mine.get(parent_level, "default" if parent_level == "leaf" else f"~{name}")
-            seen = parents.setdefault((child_level, child, parent_level), (parent, name))
-            if seen[0] != parent:
-                given = _origin_of(draft, parent_level) or "none given"
-                raise InputError(
-                    f"{child_level} {child!r} ({_origin_of(draft, child_level)}) spans {PLURAL[parent_level]} "
-                    f"{_lbl(seen[0])} (node {seen[1]}) and {_lbl(parent)} (node {name}, {given}): placer's levels "
-                    "must nest; choose other label keys with --level-label or --label-preset"
-                )
-
-
-def _origin_of(draft: Draft, level: str) -> str:
-    by = draft.domains.get(level, {})
-    return list(by)[-1] if by else ""
-
-
-def _lbl(value: str) -> str:
-    return "none" if value.startswith("~") else repr(value)

@@ -18,9 +18,11 @@ from placer.errors import InputError
 from placer.importers.aws_topology import parse_instance_topology
 from placer.importers.common import Note, read_source, split_assignment
 from placer.importers.document import build_document, fabric_from_hardware, nccl_overrides
+from placer.importers.domains import check_nesting
 from placer.importers.k8s_nodes import label_scheme, parse_nodes
 from placer.importers.k8s_pods import parse_pods
-from placer.importers.merge import DEFAULT, Defaults, HardwareFile, Ledger, Sources, apply_sources, check_nesting
+from placer.importers.ledger import DEFAULT, Ledger
+from placer.importers.merge import Defaults, HardwareFile, Sources, apply_sources
 from placer.importers.nccl_tests import parse_nccl_tests
 from placer.importers.nccl_xml import parse_nccl_xml
 from placer.importers.slurm import parse_slurm
