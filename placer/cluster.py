@@ -4,7 +4,8 @@ Designed to be written by hand: ``nodeClasses`` hold what many nodes share (GPU 
 interconnect, CPU, memory), nodes name their class and say where they sit (rack, leaf, NVLink domain) and
 what is busy. A GPU list may replace the compact ``gpus: {count: 8, ...}`` form when GPUs differ.
 ``fabric`` gives one bandwidth/latency figure per link class; ``overrides`` replace them for one domain with
-measured figures (nccl-tests, the unit those tests measure).
+measured figures (nccl-tests, the unit those tests measure). ``nics`` and ``nvlinkIslands`` record what
+``placer cluster import`` found in a node's topology; they are descriptive, the solver does not read them.
 """
 
 from __future__ import annotations

@@ -94,8 +94,7 @@ def import_command(
 
     Example: placer cluster import --nodes nodes.json --pods pods.json --topo 'dgx-*=topo.txt' -o cluster.yaml
 
-    The cluster YAML goes to --out (or stdout); the summary (sources, GPUs, domains, where each field came
-    from, conflicts, what was not understood) goes to stderr.
+    The cluster YAML goes to --out (or stdout); the summary goes to stderr. See docs/IMPORT.md.
     """
     from placer.errors import InputError
     from placer.importers.document import dump_cluster
@@ -143,8 +142,11 @@ def show_command(
     cluster: Annotated[Path, typer.Argument(help="Cluster file (YAML).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON instead of tables.")] = False,
 ) -> None:
-    """Summarise a cluster file on stdout: nodes, GPUs (busy, free, per product), node classes, domains per
-    level (named, and as the solver sees them), measured overrides, fields left at their defaults."""
+    """Summarise a cluster file on stdout: nodes, GPUs, node classes, domains per level, defaults.
+
+    Busy and free GPUs per product, domains as named in the file and as the solver keeps them, measured
+    overrides, and the fields left at their defaults; --json for machine output.
+    """
     from placer.errors import InputError
     from placer.importers.summary import console_width, render_summary, summarize
     from placer.load import load_cluster, locate
