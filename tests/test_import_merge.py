@@ -310,9 +310,11 @@ def test_aws_instance_topology_alone_and_matched_through_provider_ids(tmp_path: 
     assert any(n.text == "3 instance(s) match no node, e.g. i-1111111111example" for n in matched.report.notes)
 
 
-def test_nothing_to_import_and_unmatched_patterns() -> None:
+def test_nothing_to_import_and_unmatched_patterns(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="nothing to import"):
         import_cluster(ImportOptions())
+    with pytest.raises(InputError, match=r"^no nodes found in the sources \(an empty node list\?\)$"):
+        import_cluster(ImportOptions(nodes=write(tmp_path, "empty.json", [])))
     with pytest.raises(InputError, match=r"pattern 'gpu-\*' needs --nodes, --slurm or --aws-topology"):
         import_cluster(ImportOptions(topo=(f"gpu-*={H200}",)))
     result = import_cluster(ImportOptions(slurm=SAMPLES / "slurm-topology-tree.conf", topo=(f"gpu-*={H200}",)))

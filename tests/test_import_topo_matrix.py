@@ -124,6 +124,15 @@ def test_empty_cpu_affinity_fields_with_tabs_and_with_spaces() -> None:
         assert [(g.cpu_affinity, g.numa, g.gpu_numa) for g in m.gpus] == [(None, 0, None)] * 4 + [(None, 1, None)] * 4
 
 
+def test_a_gpu_numa_id_is_read_and_reported() -> None:
+    raw = text("hgx-h200-12nic-topo-m.txt").replace("\tN/A", "\t4", 4)  # a Grace-style GPU memory node
+    m = parse_topo_matrix(raw, "gh.txt")
+    assert [g.gpu_numa for g in m.gpus] == [4, 4, 4, 4, None, None, None, None]
+    assert [n.text for n in m.notes] == [
+        "GPU NUMA ID (the GPUs' own memory nodes) {0: 4, 1: 4, 2: 4, 3: 4} has no place in the model; recorded only"
+    ]
+
+
 def test_crlf_line_ends_and_a_terminal_underline_escape_in_the_header() -> None:
     raw = text("power9-v100-nv3-topo-m.txt")
     lines = raw.split("\n")

@@ -144,6 +144,8 @@ def merge_sources(sources: Sources, options: ImportOptions, lines: list[SourceLi
     except ValueError as exc:
         raise InputError(str(exc)) from None
     ledger = apply_sources(sources, scheme, Defaults(options.gpu_product, options.gpu_memory_gib))
+    if not ledger.drafts:
+        raise InputError("no nodes found in the sources (an empty node list?)")
     check_nesting(ledger)
     fabric, fabric_origin = fabric_from_hardware(ledger)
     document, notes = build_document(ledger, options.name, fabric)

@@ -266,6 +266,13 @@ def _gpu_infos(
         )
     if not out:
         raise error(source, header.line + 1, "the matrix has no GPU columns")
+    own = {g.index: g.gpu_numa for g in out if g.gpu_numa is not None}
+    if own:
+        notes.append(
+            Note(
+                source, None, f"GPU NUMA ID (the GPUs' own memory nodes) {own} has no place in the model; recorded only"
+            )
+        )
     return tuple(out)
 
 
