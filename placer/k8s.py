@@ -66,6 +66,9 @@ def check_label_value(value: str) -> str:
     return value
 
 
+MAX_EXPONENT = 30  # no node has 1e30 bytes or cores; larger values are typos or attacks
+
+
 def parse_quantity(text: str | int | float) -> Decimal:
     """Parse a Kubernetes quantity into a Decimal of base units (cores, bytes)."""
     raw = str(text).strip()
@@ -77,9 +80,17 @@ def parse_quantity(text: str | int | float) -> Decimal:
         value = Decimal(number)
     except ArithmeticError as exc:  # pragma: no cover - regex already restricts the digits
         raise ValueError(f"{raw!r} is not a number") from exc
-    if suffix[:1] in ("e", "E"):
-        return value * (Decimal(10) ** int(suffix[1:]))
-    return value * _SUFFIX[suffix]
+    if suffix not in _SUFFIX:  # an exponent, e.g. 1.5e3 (the regex admits only digits after the e)
+        exponent = int(suffix[1:])
+        # Bound the magnitude before building the number: 1e999999 would be a million-digit integer.
+        if abs(exponent) > MAX_EXPONENT or value.adjusted() + exponent > MAX_EXPONENT:
+            raise ValueError(f"{raw!r} is out of range (at most about 1e{MAX_EXPONENT})")
+        value = value.scaleb(exponent)
+    else:
+        value = value * _SUFFIX[suffix]
+    if value.adjusted() > MAX_EXPONENT:
+        raise ValueError(f"{raw!r} is out of range (at most about 1e{MAX_EXPONENT})")
+    return value
 
 
 def millicores(text: str | int | float) -> int:

@@ -45,6 +45,7 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "cluster-domains-not-nested.yaml": ("cluster", 12, "nodes[2]"),
     "cluster-bad-override-domain.yaml": ("cluster", 15, "overrides[1].domain"),
     "cluster-negative-cpu.yaml": ("cluster", 9, "nodeClasses.dgx-h100.cpu: '-224' is not a"),
+    "cluster-astronomical-cpu.yaml": ("cluster", 9, "nodeClasses.dgx-h100.cpu: '1e999999' is out of range"),
     "cluster-kv-hit-above-one.yaml": ("cluster", 16, "nodes[1].metrics.kvCacheHit"),
 }
 
