@@ -35,7 +35,6 @@ sys.path.insert(0, str(ROOT))
 from placer.baselines import BASELINES, run_all  # noqa: E402
 from placer.explain import preferred_misses  # noqa: E402
 from placer.generate import dump_cluster_yaml, generate_cluster  # noqa: E402
-from placer.levels import LEVEL_RANK  # noqa: E402
 from placer.load import load_cluster, load_spec  # noqa: E402
 from placer.placement import Placement  # noqa: E402
 from placer.record import PlacementRecord  # noqa: E402
@@ -84,12 +83,9 @@ def measure(policy: str, outcome: str, spec: ServingTopology, topo: Topology, pl
 
 
 def _domain_at(topo: Topology, node: int, level: str) -> str:
-    """The broadest domain at or below ``level`` holding the node (levels merged away fall back)."""
-    out = topo.node_domain[node]
-    for d in topo.ancestors(out):
-        if LEVEL_RANK[topo.domains[d].level] <= LEVEL_RANK[level]:
-            out = d
-    return out
+    """The node's domain at ``level`` (its own node domain when that level is merged away)."""
+    home = topo.node_domain[node]
+    return topo.domain_at(home, level) or home
 
 
 def stranded_gpus(spec: ServingTopology, topo: Topology, used: set[tuple[str, int]]) -> int:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, replace
 
 from placer.levels import LEVEL_RANK, LEVEL_WORDS, LEVELS
-from placer.problem import Problem, build_problem
+from placer.problem import Problem, build_problem, free_in
 from placer.spec import ServingTopology
 
 
@@ -76,16 +76,9 @@ def _maximal_domains(problem: Problem, level: str) -> list[str]:
 
 
 def _free_in(problem: Problem, pool: str, dom_id: str) -> int:
-    topo = problem.topology
-    plan = problem.pools[pool]
-    dom = topo.domains[dom_id]
-    total = 0
-    for n in dom.nodes:
-        if n not in plan.eligible:
-            continue
-        node = topo.nodes[n]
-        total += sum(1 for g in node.free_gpus if dom.socket is None or node.gpu(g).socket == dom.socket)
-    return total
+    """Free GPUs in a domain on the nodes whose GPUs match the pool's selector."""
+    dom = problem.topology.domains[dom_id]
+    return sum(free_in(problem.topology, n, dom) for n in dom.nodes if n in problem.pools[pool].eligible)
 
 
 def groups_that_fit(problem: Problem, pool: str, level: str) -> tuple[int, list[tuple[int, str]]]:

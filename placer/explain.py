@@ -203,10 +203,6 @@ def bottleneck_link(topo: Topology, gpus: list[tuple[int, int]], top: str | None
 # ---- the explanation ---------------------------------------------------------------------------------
 
 
-def _gpus(topo: Topology, inst: InstancePlacement) -> list[tuple[int, int]]:
-    return [(topo.node_by_name(p.node).index, g) for p in inst.pods for g in p.gpus]
-
-
 def explain_placement(
     spec: ServingTopology, topo: Topology, placement: Placement, baselines: list | None = None
 ) -> Explanation:
@@ -257,11 +253,11 @@ def _instance_view(
     spec: ServingTopology, topo: Topology, replica: int, inst: InstancePlacement, c: verify.InstanceCost
 ) -> InstanceView:
     pool = spec.pools[inst.pool]
-    gpus = _gpus(topo, inst)
+    gpus = verify.gpus_of(topo, inst)
     tp = pool.tensor_parallel
     stages = [gpus[s * tp : (s + 1) * tp] for s in range(pool.pipeline_parallel)]
     msg = cost.activation_bytes(spec.model.hidden_size, spec.tokens_in_flight(inst.pool), spec.model.bytes_per_element)
-    figures = [verify.steiner_figures(topo, s) for s in stages]
+    figures, _ = verify.forward_pass(spec, topo, inst.pool, gpus, spec.tokens_in_flight(inst.pool))
     per_call = max(cost.ring_allreduce_us(tp, msg, f.bandwidth_gbps, f.latency_us) for f in figures)
     worst_stage = max(range(len(stages)), key=lambda s: (figures[s].latency_us == 0, -figures[s].bandwidth_gbps))
     link = bottleneck_link(topo, stages[worst_stage]) if tp > 1 else None
@@ -292,15 +288,8 @@ def _instance_view(
     )
 
 
-def transfer_pair(spec: ServingTopology) -> tuple[str, str] | None:
-    if spec.transfer is not None:
-        return spec.transfer.source, spec.transfer.target
-    roles = {spec.role_of(p): p for p in spec.pools}
-    return (roles["prefill"], roles["decode"]) if "prefill" in roles and "decode" in roles else None
-
-
 def _transfer_view(spec: ServingTopology, topo: Topology, rep: ReplicaPlacement) -> TransferView | None:
-    pair = transfer_pair(spec)
+    pair = verify.transfer_pair(spec)
     if pair is None:
         return None
     m = spec.model
@@ -309,7 +298,7 @@ def _transfer_view(spec: ServingTopology, topo: Topology, rep: ReplicaPlacement)
     worst = None
     for a in (i for i in rep.instances if i.pool == pair[0]):
         for b in (i for i in rep.instances if i.pool == pair[1]):
-            ga, gb = _gpus(topo, a), _gpus(topo, b)
+            ga, gb = verify.gpus_of(topo, a), verify.gpus_of(topo, b)
             route = verify.kv_route(topo, ga + gb, len(ga), len(gb))
             us = cost.kv_transfer_us(kv_bytes, route, len(ga), len(gb), rails)
             if worst is None or us > worst[0]:
@@ -349,7 +338,7 @@ def _router_view(spec: ServingTopology, topo: Topology, rep: ReplicaPlacement) -
     if near is not None:
         for inst in rep.instances:
             if inst.pool == near.pool:
-                homes += [topo.gpu_domain(n, g) for n, g in _gpus(topo, inst)]
+                homes += [topo.gpu_domain(n, g) for n, g in verify.gpus_of(topo, inst)]
     within = topo.lowest_common(sorted(set(homes)))
     limit = near.level if near is not None else None
     ok = limit is None or LEVEL_RANK[topo.domains[within].level] <= LEVEL_RANK[limit]
@@ -364,21 +353,16 @@ def _slo_checks(spec: ServingTopology, topo: Topology, placement: Placement, ex:
     decode_pools = [p for p in spec.pools if spec.role_of(p) in ("decode", "aggregated")]
     if spec.slo.ttft_ms and prefill_pools:
         worst = 0.0
-        m = spec.model
-        msg = cost.activation_bytes(m.hidden_size, spec.workload.prompt_tokens, m.bytes_per_element)
+        prompt = spec.workload.prompt_tokens
         for rep in placement.replicas:
-            prompt_pass = 0.0
-            for inst in rep.instances:
-                if inst.pool not in prefill_pools:
-                    continue
-                pool = spec.pools[inst.pool]
-                gpus = _gpus(topo, inst)
-                tp = pool.tensor_parallel
-                stages = [
-                    verify.steiner_figures(topo, gpus[s * tp : (s + 1) * tp]) for s in range(pool.pipeline_parallel)
-                ]
-                whole = verify.steiner_figures(topo, gpus)
-                prompt_pass = max(prompt_pass, cost.forward_pass_allreduce_us(m.layers, tp, stages, msg, whole))
+            prompt_pass = max(
+                (
+                    verify.forward_pass(spec, topo, inst.pool, verify.gpus_of(topo, inst), prompt)[1]
+                    for inst in rep.instances
+                    if inst.pool in prefill_pools
+                ),
+                default=0.0,
+            )
             kv = max((t.transfer_us for t in ex.transfers if t.replica == rep.index), default=0.0)
             worst = max(worst, prompt_pass + kv)
         what = "all-reduces of one prompt's forward pass" + (" + KV transfer" if ex.transfers else "")

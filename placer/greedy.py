@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from placer.levels import LEVEL_RANK
 from placer.problem import Candidate, Container, PoolPlan, Problem
 
 GREEDY_CONTAINERS = 12  # fitting container choices compared per replica (the first one is often poor)
@@ -123,13 +122,7 @@ def _scope_ok(problem: Problem, pool: str, cand: Candidate, combo: dict) -> bool
 def _spread_domain(problem: Problem, domain: str) -> str | None:
     """The spread-level domain containing ``domain``; None when ``domain`` is broader than that level."""
     level = problem.spread_level
-    if level is None:
-        return None
-    best = None
-    for d in problem.topology.ancestors(domain):
-        if LEVEL_RANK[problem.topology.domains[d].level] <= LEVEL_RANK[level]:
-            best = d
-    return best
+    return None if level is None else problem.topology.domain_at(domain, level)
 
 
 def _try(problem: Problem, state: _State, combo: dict) -> GreedyReplica | None:

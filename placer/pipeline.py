@@ -49,15 +49,26 @@ class SolveResult:
 
 
 def run_solve(
-    spec_path: Path, cluster_path: Path, options: SolveOptions, progress: Callable[[str], None] = lambda _m: None
+    spec_path: Path,
+    cluster_path: Path,
+    options: SolveOptions,
+    progress: Callable[[str], None] = lambda _m: None,
+    target: str | None = None,
+    nccl: bool | None = None,
+    namespace: str | None = None,
 ) -> SolveResult:
+    """``target`` / ``nccl`` choose the manifests (emit.build_manifests; default: coscheduling);
+    ``namespace`` replaces the spec's, so objects, the record and the spec annotation all carry it."""
     from placer.emit import build_manifests
     from placer.load import load_cluster, load_spec
     from placer.solve import solve
+    from placer.targets import DEFAULT_TARGET
 
     times: dict[str, float] = {}
     t = time.perf_counter()
     spec = load_spec(spec_path)
+    if namespace is not None:
+        spec = spec.model_copy(update={"metadata": spec.metadata.model_copy(update={"namespace": namespace})})
     cluster = load_cluster(cluster_path)
     times["load"] = time.perf_counter() - t
     t = time.perf_counter()
@@ -75,7 +86,7 @@ def run_solve(
     report = verify_placement(spec, topo, placement)
     times["verify"] = time.perf_counter() - t
     t = time.perf_counter()
-    manifests = build_manifests(spec, topo, placement, report)
+    manifests = build_manifests(spec, topo, placement, report, target=target or DEFAULT_TARGET, nccl=nccl)
     times["emit"] = time.perf_counter() - t
     placement.stats.seconds |= times
     return SolveResult(spec, topo, placement, report, manifests)

@@ -164,7 +164,7 @@ def _pool_candidates(
         if pool.node_count is not None:
             # Multi-node: a container needs nodeCount eligible nodes with gpusPerNode free GPUs each.
             g = pool.gpus_per_node or 0
-            fit = [n for n in nodes if _free_in(topo, n, dom) >= g]
+            fit = [n for n in nodes if free_in(topo, n, dom) >= g]
             if dom.level in ("node", "socket") or len(fit) < pool.node_count:
                 continue
             node_figs = [worst_figures(topo, topo.node_domain[n], [n], memo) for n in fit]
@@ -175,7 +175,7 @@ def _pool_candidates(
             ring = stage_ring if pool.tensor_parallel <= g else span
             kind = "container"
         else:
-            free = sum(_free_in(topo, n, dom) for n in nodes)
+            free = sum(free_in(topo, n, dom) for n in nodes)
             if free < size:
                 continue
             ring = span = domain_figures(topo, dom_id, nodes, memo)
@@ -211,7 +211,7 @@ def _unit_figures(topo: Topology, dom_id: str, node: int, memo: dict) -> cost.Pa
     return cost.PathFigures(e["bandwidth_gbps"], e["latency_us"], dom.level)
 
 
-def _free_in(topo: Topology, node: int, dom) -> int:
+def free_in(topo: Topology, node: int, dom) -> int:
     """Free GPUs of ``node`` that lie in ``dom`` (a socket domain holds only its own GPUs)."""
     n = topo.nodes[node]
     if dom.level == "socket":
@@ -315,7 +315,7 @@ def containers_for(problem: Problem, pools: tuple[str, ...], allowed, memo: dict
     for dom_id in sorted(topo.domains, key=topo.order.__getitem__):
         dom = topo.domains[dom_id]
         nodes = [n for n in dom.nodes if n in eligible]
-        free = sum(_free_in(topo, n, dom) for n in nodes)
+        free = sum(free_in(topo, n, dom) for n in nodes)
         if free < need:
             continue
         figs = domain_figures(topo, dom_id, nodes, memo)

@@ -57,6 +57,9 @@ class StatusRecord(_Record):
     notes: list[str] = Field(default_factory=list)
     seconds: dict[str, float] | None = None
 
+    def to_stats(self) -> SolveStats:
+        return SolveStats(self.status, self.objective, self.bound, self.gap, self.solver, notes=list(self.notes))
+
 
 class RecordMetadata(_Record):
     name: str
@@ -77,7 +80,6 @@ class PlacementRecord(_Record):
     replicas: list[ReplicaRecord]
 
     def to_placement(self) -> Placement:
-        st = self.status
         return Placement(
             deployment=self.metadata.name,
             namespace=self.metadata.namespace,
@@ -93,7 +95,7 @@ class PlacementRecord(_Record):
                 )
                 for r in self.replicas
             ),
-            stats=SolveStats(st.status, st.objective, st.bound, st.gap, st.solver, notes=list(st.notes)),
+            stats=self.status.to_stats(),
         )
 
 
@@ -217,7 +219,7 @@ def _from_manifests(path: Path, docs: list[dict[str, Any]]) -> Placed:
             ReplicaPlacement(r, tuple(instances[k] for k in sorted(instances) if k[0] == r), routers.get(r))
             for r in replicas
         ),
-        stats=SolveStats(stats.status, stats.objective, stats.bound, stats.gap, stats.solver, notes=list(stats.notes)),
+        stats=stats.to_stats(),
     )
     return Placed(spec, placement, "manifests")
 

@@ -111,6 +111,16 @@ class Topology:
             current = self.domains[current].parent
         return out
 
+    def domain_at(self, domain_id: str, level: str) -> str | None:
+        """The broadest domain at ``level`` or narrower that contains ``domain_id``; None when the domain is
+        itself broader. With merged domains a DGX node is its own NVLink domain, so it answers for both."""
+        found = None
+        for d in self.ancestors(domain_id):
+            if LEVEL_RANK[self.domains[d].level] > LEVEL_RANK[level]:
+                break
+            found = d
+        return found
+
     def gpu_vertex(self, node: int, gpu: int) -> str:
         return f"gpu/{self.nodes[node].name}/{gpu}"
 

@@ -97,7 +97,8 @@ def kv_route(topo: Topology, gpus: list[tuple[int, int]], src: int, dst: int) ->
     return cost.best_kv_route(routes, src, dst, topo.rails_per_node)
 
 
-def _gpus_of(topo: Topology, inst: InstancePlacement) -> list[tuple[int, int]]:
+def gpus_of(topo: Topology, inst: InstancePlacement) -> list[tuple[int, int]]:
+    """An instance's GPUs as (node index, GPU index), pod after pod: stage s is the s-th TP-sized run."""
     return [(topo.node_by_name(p.node).index, g) for p in inst.pods for g in p.gpus]
 
 
@@ -194,23 +195,29 @@ def _check_gpus_and_capacity(spec: ServingTopology, topo: Topology, pl: Placemen
             r.violations.append(f"node {name}: pods request {mem[name]} bytes of memory, {node.memory_free_bytes} free")
 
 
+def forward_pass(
+    spec: ServingTopology, topo: Topology, pool_name: str, gpus: list[tuple[int, int]], tokens: int
+) -> tuple[list[cost.PathFigures], float]:
+    """Each pipeline stage's ring figures and the all-reduce time of one forward pass over ``tokens``."""
+    pool, m = spec.pools[pool_name], spec.model
+    tp = pool.tensor_parallel
+    stages = [steiner_figures(topo, gpus[s * tp : (s + 1) * tp]) for s in range(pool.pipeline_parallel)]
+    msg = cost.activation_bytes(m.hidden_size, tokens, m.bytes_per_element)
+    return stages, cost.forward_pass_allreduce_us(m.layers, tp, stages, msg, steiner_figures(topo, gpus))
+
+
 def _check_packing(spec: ServingTopology, topo: Topology, pl: Placement, r: Report) -> None:
-    m = spec.model
     for rep in pl.replicas:
         for inst in rep.instances:
             pool = spec.pools[inst.pool]
-            gpus = _gpus_of(topo, inst)
-            whole = steiner_figures(topo, gpus)
-            tp = pool.tensor_parallel
-            stages = [steiner_figures(topo, gpus[s * tp : (s + 1) * tp]) for s in range(pool.pipeline_parallel)]
+            gpus = gpus_of(topo, inst)
+            stages, us = forward_pass(spec, topo, inst.pool, gpus, spec.tokens_in_flight(inst.pool))
             for s, fig in enumerate(stages):
                 if LEVEL_RANK[fig.level] > LEVEL_RANK[pool.placement.required]:
                     r.violations.append(
                         f"replica {rep.index} {inst.pool}-{inst.index} stage {s}: TP group spans "
                         f"{LEVEL_WORDS[fig.level]}, must pack within {LEVEL_WORDS[pool.placement.required]}"
                     )
-            msg = cost.activation_bytes(m.hidden_size, spec.tokens_in_flight(inst.pool), m.bytes_per_element)
-            us = cost.forward_pass_allreduce_us(m.layers, tp, stages, msg, whole)
             homes = sorted({topo.gpu_domain(n, g) for n, g in gpus})
             r.instances.append(
                 InstanceCost(
@@ -218,14 +225,14 @@ def _check_packing(spec: ServingTopology, topo: Topology, pl: Placement, r: Repo
                     inst.pool,
                     inst.index,
                     topo.lowest_common(homes),
-                    whole,
+                    steiner_figures(topo, gpus),
                     us,
                     cost.to_units(spec.objective.all_reduce * us),
                 )
             )
 
 
-def _transfer_pair(spec: ServingTopology) -> tuple[str, str] | None:
+def transfer_pair(spec: ServingTopology) -> tuple[str, str] | None:
     if spec.transfer is not None:
         return spec.transfer.source, spec.transfer.target
     roles = {spec.role_of(p): p for p in spec.pools}
@@ -233,7 +240,7 @@ def _transfer_pair(spec: ServingTopology) -> tuple[str, str] | None:
 
 
 def _check_transfer(spec: ServingTopology, topo: Topology, pl: Placement, r: Report) -> None:
-    pair = _transfer_pair(spec)
+    pair = transfer_pair(spec)
     m = spec.model
     kv_bytes = cost.kv_cache_bytes(m.layers, m.kv_heads, m.head_dim, m.bytes_per_element, spec.workload.prompt_tokens)
     for rep in pl.replicas:
@@ -245,7 +252,7 @@ def _check_transfer(spec: ServingTopology, topo: Topology, pl: Placement, r: Rep
         worst: tuple[float, cost.PathFigures, float] | None = None
         for a in src:
             for b in dst:
-                ga, gb = _gpus_of(topo, a), _gpus_of(topo, b)
+                ga, gb = gpus_of(topo, a), gpus_of(topo, b)
                 figs = kv_route(topo, ga + gb, len(ga), len(gb))
                 bw = cost.kv_bandwidth_gbps(figs, len(ga), len(gb), topo.rails_per_node)
                 us = cost.kv_transfer_us(kv_bytes, figs, len(ga), len(gb), topo.rails_per_node)
@@ -273,7 +280,7 @@ def _check_router(spec: ServingTopology, topo: Topology, pl: Placement, r: Repor
         homes = [topo.node_domain[node.index]]
         for inst in rep.instances:
             if inst.pool == near.pool:
-                homes += [topo.gpu_domain(n, g) for n, g in _gpus_of(topo, inst)]
+                homes += [topo.gpu_domain(n, g) for n, g in gpus_of(topo, inst)]
         top = topo.lowest_common(sorted(set(homes)))
         if LEVEL_RANK[topo.domains[top].level] > LEVEL_RANK[near.level]:
             r.violations.append(
@@ -285,16 +292,15 @@ def _check_router(spec: ServingTopology, topo: Topology, pl: Placement, r: Repor
 def _check_spread(spec: ServingTopology, topo: Topology, pl: Placement, r: Report) -> None:
     if spec.spread is None:
         return
-    rank = LEVEL_RANK[spec.spread.level]
+    level = spec.spread.level
     owner: dict[str, int] = {}
     for rep in pl.replicas:
         touched: set[str] = set()
         for inst in rep.instances:
-            for n, g in _gpus_of(topo, inst):
-                # The broadest domain at or below the spread level (the GPU's home when even that is broader).
+            for n, g in gpus_of(topo, inst):
+                # The GPU's home stands for itself when even it is broader than the spread level.
                 home = topo.gpu_domain(n, g)
-                within = [d for d in topo.ancestors(home) if LEVEL_RANK[topo.domains[d].level] <= rank]
-                touched.add(within[-1] if within else home)
+                touched.add(topo.domain_at(home, level) or home)
         for d in sorted(touched):
             if d in owner and owner[d] != rep.index:
                 r.violations.append(

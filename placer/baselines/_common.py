@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from placer import k8s
 from placer.levels import LEVEL_RANK, LEVELS
 from placer.placement import InstancePlacement, Pod, ReplicaPlacement
-from placer.spec import Pool, ServingTopology
+from placer.problem import eligible_nodes
+from placer.spec import ServingTopology
 from placer.topology import Topology
 
 Gpus = list[tuple[int, list[int]]]  # (node index, GPU indices) per pod
@@ -45,18 +46,6 @@ class PoolDemand:
         return self.node_count is None and self.pipeline_parallel > 1
 
 
-def _matches(pool: Pool, topo: Topology, node: int) -> bool:
-    n = topo.nodes[node]
-    if not n.schedulable or not n.gpus:
-        return False
-    sel = pool.gpu
-    return all(
-        (sel.product is None or g.product == sel.product)
-        and (sel.min_memory_gib is None or g.memory_gib >= sel.min_memory_gib)
-        for g in n.gpus
-    )
-
-
 @dataclass
 class Context:
     """Per (spec, topology): pools, GPU homes, and where every domain sits at every level."""
@@ -86,18 +75,12 @@ class Context:
                     node_count=pool.node_count,
                     gpus_per_node=pool.gpus_per_node,
                     required=pool.placement.required,
-                    eligible=frozenset(n.index for n in topo.nodes if _matches(pool, topo, n.index)),
+                    eligible=eligible_nodes(topo, pool),
                     cpu_m=k8s.millicores(reqs.get("cpu", "0")),
                     memory_bytes=k8s.bytes_of(reqs.get("memory", "0")),
                 )
             )
-        home_of = []
-        for node in topo.nodes:
-            homes = {}
-            for g in node.gpus:
-                sid = f"socket/{node.name}/{g.socket}"
-                homes[g.index] = sid if sid in topo.domains else topo.node_domain[node.index]
-            home_of.append(homes)
+        home_of = [{g.index: topo.gpu_domain(node.index, g.index) for g in node.gpus} for node in topo.nodes]
         ctx = Context(spec, topo, pools, home_of)
         ctx.single_home = [next(iter(set(h.values()))) if len(set(h.values())) == 1 else None for h in home_of]
         if spec.router is not None:
@@ -113,15 +96,7 @@ class Context:
         is broader): the domain a pod set required at ``level`` must stay in, as Kueue sees it. With merged
         domains a DGX node is its own NVLink domain, so it is its own scope at both levels."""
         if level not in self._scopes:
-            rank, doms = LEVEL_RANK[level], self.topo.domains
-            table: dict[str, str | None] = {}
-            for d in sorted(doms, key=self.topo.order.__getitem__):  # parents before children
-                parent = doms[d].parent
-                if parent is not None and LEVEL_RANK[doms[parent].level] <= rank:
-                    table[d] = table[parent]
-                else:
-                    table[d] = d if LEVEL_RANK[doms[d].level] <= rank else None
-            self._scopes[level] = table
+            self._scopes[level] = {d: self.topo.domain_at(d, level) for d in self.topo.domains}
         return self._scopes[level]
 
     def scope(self, domain: str, level: str) -> str | None:

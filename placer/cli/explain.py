@@ -100,18 +100,18 @@ def _explain(placed_path: Path, cluster_path: Path, output, svg: Path | None, ba
 
 
 def _show(spec, topo, placement, output, svg: Path | None, baselines: bool) -> None:
+    from placer.baselines import run_all
     from placer.explain import explain_placement, to_json
 
-    compared = _run_baselines(spec, topo) if baselines else []
+    compared = run_all(spec, topo) if baselines else []
     ex = explain_placement(spec, topo, placement, compared)
     if svg is not None:
         from placer.emit import write_atomic
         from placer.errors import InputError
         from placer.svg import render_svg
-        from placer.verify import check
 
         try:
-            picture = render_svg(spec, topo, placement, check(spec, topo, placement))
+            picture = render_svg(spec, topo, placement)
         except ValueError as exc:  # a hand-edited placement naming nodes or pools that do not exist
             raise InputError(f"--svg: cannot draw this placement: {exc}") from None
         write_atomic(svg, picture)
@@ -121,14 +121,6 @@ def _show(spec, topo, placement, output, svg: Path | None, baselines: bool) -> N
     from placer.explain_view import render
 
     _console(output).print(render(ex))
-
-
-def _run_baselines(spec, topo) -> list:
-    try:
-        from placer.baselines import run_all
-    except ImportError:  # the baselines package is optional while it is being built
-        return []
-    return run_all(spec, topo)
 
 
 def _console(output):

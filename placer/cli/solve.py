@@ -109,15 +109,10 @@ def solve_command(
         cluster,
         SolveOptions(time_limit_s=time_limit, workers=workers, log=stderr_log if verbose else None),
         progress=say,
+        target=target.value,
+        nccl=nccl,
+        namespace=namespace,
     )
-    if namespace is not None:
-        _set_namespace(result, namespace)
-    if target is not Target.coscheduling or namespace is not None or nccl is not None:
-        from placer.emit import build_manifests
-
-        result.manifests = build_manifests(
-            result.spec, result.topology, result.placement, result.report, target=target.value, nccl=nccl
-        )
     if dry_run:
         _print_plan(result, target.value, nccl)
         say(result.summary(time.perf_counter() - t0))
@@ -130,16 +125,6 @@ def solve_command(
     sys.stdout.write(text)
     sys.stdout.flush()
     say(result.summary(time.perf_counter() - t0))
-
-
-def _set_namespace(result, namespace: str) -> None:
-    """Every object, the placement record and the spec annotation explain reads get this namespace."""
-    from dataclasses import replace
-
-    result.spec = result.spec.model_copy(
-        update={"metadata": result.spec.metadata.model_copy(update={"namespace": namespace})}
-    )
-    result.placement = replace(result.placement, namespace=namespace)
 
 
 def _print_plan(result, target: str, nccl: bool | None) -> None:
