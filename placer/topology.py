@@ -13,7 +13,8 @@ Domain ids follow Kueue's habit of readable ids: ``<level>/<name>``, e.g. ``rack
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import networkx as nx
@@ -120,6 +121,32 @@ class Topology:
                 break
             found = d
         return found
+
+    def with_usage(
+        self,
+        gpus: Mapping[int, Collection[int]],
+        cpu_m: Mapping[int, int] | None = None,
+        memory_bytes: Mapping[int, int] | None = None,
+    ) -> Topology:
+        """The same cluster with more GPUs busy and less CPU / memory free on the given nodes (by index).
+
+        Why: incremental placement (``--keep``), fleet batches and the churn replay place new work on the
+        state that earlier placements left; the domain tree and link graph do not change, so they are shared.
+        """
+        cpu_m, memory_bytes = cpu_m or {}, memory_bytes or {}
+        touched = set(gpus) | set(cpu_m) | set(memory_bytes)
+        nodes = [
+            replace(
+                n,
+                busy=n.busy | frozenset(gpus.get(n.index, ())),
+                cpu_free_m=n.cpu_free_m - cpu_m.get(n.index, 0),
+                memory_free_bytes=n.memory_free_bytes - memory_bytes.get(n.index, 0),
+            )
+            if n.index in touched
+            else n
+            for n in self.nodes
+        ]
+        return replace(self, nodes=nodes)
 
     def gpu_vertex(self, node: int, gpu: int) -> str:
         return f"gpu/{self.nodes[node].name}/{gpu}"
