@@ -3,9 +3,10 @@ solve`` printed. Both carry the spec the placement was made for, so ``placer exp
 the cluster file.
 
 The record is a pydantic model at the edge like every other input (its JSON Schema is generated from it);
-manifests are read through their labels and ``placer.dev/*`` annotations, which emit.py writes for exactly
-this purpose. Everything read here is untrusted: it goes through the same safe YAML loader and the same
-validation as a hand-written spec, and the placement is then re-checked by the independent checker.
+manifests are read through their labels and ``placer.dev/*`` annotations, which every ``--target`` writes
+for exactly this purpose (where each one puts them: ``SPEC_CARRIERS`` below). Everything read here is
+untrusted: it goes through the same safe YAML loader and the same validation as a hand-written spec, and
+the placement is then re-checked by the independent checker.
 """
 
 from __future__ import annotations
@@ -146,14 +147,17 @@ def _from_record(path: Path, data: dict[str, Any]) -> Placed:
     return Placed(record.spec, record.to_placement(), "placement record")
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _annotation(doc: dict[str, Any], key: str) -> str | None:
-    value = ((doc.get("metadata") or {}).get("annotations") or {}).get(key)
+    value = _dict(_dict(doc.get("metadata")).get("annotations")).get(key)
     return value if isinstance(value, str) else None
 
 
 def _labels(doc: dict[str, Any]) -> dict[str, Any]:
-    labels = (doc.get("metadata") or {}).get("labels") or {}
-    return labels if isinstance(labels, dict) else {}
+    return _dict(_dict(doc.get("metadata")).get("labels"))
 
 
 def _json_annotation(path: Path, doc: dict[str, Any], key: str) -> Any:
@@ -166,50 +170,88 @@ def _json_annotation(path: Path, doc: dict[str, Any], key: str) -> Any:
         raise InputError(f"{path}: annotation {key} is not valid JSON ({exc.msg})") from None
 
 
+# Where every --target leaves what explain needs (docs/DESIGN.md, "Explain reads only what placer wrote"):
+# the spec, the solver's status and the cluster on each replica's gang object (a PodGroup, a Grove
+# PodCliqueSet, or the first Pod of a Kueue pod group); an instance's GPUs on the objects that make its pods
+# (placer.dev/instance-gpus on Pods, LeaderWorkerSets and Grove cliques; a Grove clique of single-node
+# instances lists them in placer.dev/instances); the router's node on its Deployment or Grove clique.
+SPEC_CARRIERS = ("PodGroup", "PodCliqueSet", "Pod")
+ENGINE_KINDS = ("Pod", "LeaderWorkerSet", "PodClique")
+ROUTER_KINDS = ("Deployment", "PodClique")
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """The labels and annotations of one object, or of one clique inside a Grove PodCliqueSet."""
+
+    what: str  # for messages: Pod 'x', PodCliqueSet 'y' clique 'z'
+    kind: str
+    labels: dict[str, Any]
+    annotations: dict[str, Any]
+
+
+def _units(docs: list[dict[str, Any]]) -> list[_Unit]:
+    out = []
+    for doc in docs:
+        kind, meta = doc.get("kind"), _dict(doc.get("metadata"))
+        name = meta.get("name")
+        out.append(_Unit(f"{kind} {name!r}", str(kind), _labels(doc), _dict(meta.get("annotations"))))
+        if kind == "PodCliqueSet":
+            cliques = _dict(_dict(doc.get("spec")).get("template")).get("cliques")
+            for clique in cliques if isinstance(cliques, list) else []:
+                clique = _dict(clique)
+                what = f"PodCliqueSet {name!r} clique {clique.get('name')!r}"
+                out.append(_Unit(what, "PodClique", _dict(clique.get("labels")), _dict(clique.get("annotations"))))
+    return out
+
+
 def _from_manifests(path: Path, docs: list[dict[str, Any]]) -> Placed:
-    """Rebuild the placement from the PodGroups (spec, status), Pods (GPUs) and router Deployments."""
-    groups = [d for d in docs if d.get("kind") == "PodGroup" and _annotation(d, SPEC_ANNOTATION)]
-    if not groups:
+    """Rebuild the placement from the gang object (spec, status), the engine objects (GPUs) and the
+    router's object (node), whatever --target wrote them."""
+    carriers = [d for d in docs if d.get("kind") in SPEC_CARRIERS and _annotation(d, SPEC_ANNOTATION)]
+    if not carriers:
         raise InputError(
-            f"{path}: no PodGroup with a {SPEC_ANNOTATION} annotation: these are not manifests placer emitted"
+            f"{path}: no PodGroup, PodCliqueSet or Pod carries the {SPEC_ANNOTATION} annotation placer writes on "
+            "each replica's gang: these are not manifests placer emitted"
         )
-    spec_data = _json_annotation(path, groups[0], SPEC_ANNOTATION)
+    if len({_annotation(d, SPEC_ANNOTATION) for d in carriers}) > 1:
+        raise InputError(f"{path}: the objects carry different {SPEC_ANNOTATION} annotations: give one placement")
+    spec_data = _json_annotation(path, carriers[0], SPEC_ANNOTATION)
     try:
         spec = ServingTopology.model_validate(spec_data)
     except ValidationError as exc:
         raise InputError(
             f"{path}: annotation {SPEC_ANNOTATION}: not a valid spec ({exc.error_count()} errors)"
         ) from None
-    status = _json_annotation(path, groups[0], STATUS_ANNOTATION) or {"status": "unknown"}
+    status = _json_annotation(path, carriers[0], STATUS_ANNOTATION) or {"status": "unknown"}
     try:
         stats = StatusRecord.model_validate(status)
     except ValidationError:
         raise InputError(f"{path}: annotation {STATUS_ANNOTATION}: not a solver status") from None
-    cluster = _annotation(groups[0], CLUSTER_ANNOTATION) or ""
+    cluster = _annotation(carriers[0], CLUSTER_ANNOTATION) or ""
     instances: dict[tuple[int, str, int], InstancePlacement] = {}
     routers: dict[int, str] = {}
-    for doc in docs:
-        labels = _labels(doc)
-        if labels.get("app.kubernetes.io/name") != spec.metadata.name:
+    for unit in _units(docs):
+        if unit.labels.get("app.kubernetes.io/name") != spec.metadata.name:
             continue
         try:
-            replica = int(labels.get("placer.dev/replica", ""))
-        except ValueError:
+            replica = int(unit.labels.get("placer.dev/replica", ""))
+        except (TypeError, ValueError):
             continue
-        if doc.get("kind") == "Pod":
-            pool, index = labels.get("placer.dev/pool"), labels.get("placer.dev/instance", "")
-            gpus = _annotation(doc, "placer.dev/instance-gpus")
-            if pool not in spec.pools or not index.isdigit() or gpus is None:
-                raise InputError(f"{path}: Pod {doc.get('metadata', {}).get('name')!r} lacks placer's labels")
-            key = (replica, pool, int(index))
-            if key not in instances:
-                instances[key] = InstancePlacement(
-                    pool, int(index), _parse_instance_gpus(path, gpus), _annotation(doc, "placer.dev/domain") or ""
-                )
-        elif doc.get("kind") == "Deployment" and labels.get("app.kubernetes.io/component") == "router":
-            node = _annotation(doc, "placer.dev/node")
-            if node:
+        if unit.labels.get("app.kubernetes.io/component") == "router":
+            node = unit.annotations.get("placer.dev/node")
+            if unit.kind in ROUTER_KINDS and isinstance(node, str) and node:
                 routers[replica] = node
+        elif unit.kind in ENGINE_KINDS:
+            for inst in _unit_instances(path, unit, spec):
+                key = (replica, inst.pool, inst.index)
+                if key in instances and instances[key].pods != inst.pods:
+                    raise InputError(
+                        f"{path}: {unit.what} puts {inst.pool}-{inst.index} of replica {replica} on other GPUs "
+                        "than another object does"
+                    )
+                instances.setdefault(key, inst)
+    _check_complete(path, spec, instances, routers)
     replicas = sorted({k[0] for k in instances})
     placement = Placement(
         deployment=spec.metadata.name,
@@ -222,6 +264,64 @@ def _from_manifests(path: Path, docs: list[dict[str, Any]]) -> Placed:
         stats=stats.to_stats(),
     )
     return Placed(spec, placement, "manifests")
+
+
+def _unit_instances(path: Path, unit: _Unit, spec: ServingTopology) -> list[InstancePlacement]:
+    """The instances one engine object makes: one (placer.dev/instance-gpus), or for a Grove clique of
+    single-node instances, each one it lists (placer.dev/instances, their domains in placer.dev/domains)."""
+    pool = unit.labels.get("placer.dev/pool")
+    if pool not in spec.pools:
+        raise InputError(f"{path}: {unit.what}: label placer.dev/pool {pool!r} is not a pool of the spec")
+    gpus = unit.annotations.get("placer.dev/instance-gpus")
+    if isinstance(gpus, str):
+        index = unit.labels.get("placer.dev/instance")
+        if not isinstance(index, str) or not index.isdigit():
+            raise InputError(f"{path}: {unit.what}: no placer.dev/instance label (the instance's index)")
+        domain = unit.annotations.get("placer.dev/domain")
+        return [InstancePlacement(pool, int(index), _parse_instance_gpus(path, gpus), domain or "")]
+    listed = unit.annotations.get("placer.dev/instances") if unit.kind == "PodClique" else None
+    if not isinstance(listed, str):
+        raise InputError(f"{path}: {unit.what}: no placer.dev/instance-gpus annotation (the GPUs placer chose)")
+    try:
+        table = json.loads(listed)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: {unit.what}: annotation placer.dev/instances is not JSON ({exc.msg})") from None
+    if not isinstance(table, dict) or not all(isinstance(k, str) and k.isdigit() for k in table):
+        raise InputError(f"{path}: {unit.what}: annotation placer.dev/instances is not {{index: node:gpu,...}}")
+    domains = unit.annotations.get("placer.dev/domains")
+    try:
+        domain_of = json.loads(domains) if isinstance(domains, str) else {}
+    except json.JSONDecodeError:
+        domain_of = {}
+    domain_of = domain_of if isinstance(domain_of, dict) else {}
+    return [
+        InstancePlacement(pool, int(k), _parse_instance_gpus(path, str(v)), str(domain_of.get(k, "")))
+        for k, v in table.items()
+    ]
+
+
+def _check_complete(
+    path: Path, spec: ServingTopology, instances: dict[tuple[int, str, int], Any], routers: dict[int, str]
+) -> None:
+    """A replica is placed whole or not at all: manifests missing part of one are cut short, not a placement."""
+    if not instances:
+        raise InputError(
+            f"{path}: no Pod, LeaderWorkerSet or Grove clique of {spec.metadata.name!r} carries "
+            "placer.dev/instance-gpus: the gang is there but not its pods"
+        )
+    for replica in sorted({k[0] for k in instances}):
+        for name, pool in spec.pools.items():
+            have = sorted(k[2] for k in instances if k[0] == replica and k[1] == name)
+            if have != list(range(pool.instances)):
+                raise InputError(
+                    f"{path}: replica {replica} has {name} instances {have}; the spec places {pool.instances} "
+                    f"(0-{pool.instances - 1}): the manifests are incomplete"
+                )
+        if spec.router is not None and replica not in routers:
+            raise InputError(
+                f"{path}: replica {replica} has no router object with a placer.dev/node annotation "
+                "(a Deployment, or Grove's router clique)"
+            )
 
 
 def _parse_instance_gpus(path: Path, text: str) -> tuple[Pod, ...]:

@@ -49,6 +49,36 @@ def test_json_from_manifests_equals_json_from_record(placed):
     assert sum(t["units"] for t in doc["cost"]["terms"]) == doc["cost"]["totalUnits"] == doc["solver"]["objective"]
 
 
+@pytest.fixture(scope="module")
+def record_explained(placed):
+    done = run("explain", placed[0], "-c", SMALL, "-o", "json", "--no-baselines")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("target", ["coscheduling", "kai", "volcano", "kueue", "grove", "lws", "dra"])
+def test_explain_on_every_targets_output_equals_explain_on_the_record(record_explained, target, tmp_path):
+    """solve --target T (YAML, or -o json for a List) -> explain -o json: byte-identical to the record's."""
+    fmt = "json" if target in ("kai", "kueue", "lws") else "yaml"
+    done = run("solve", AGG, SMALL, "--target", target, "-o", fmt, "-q")
+    assert done.returncode == 0, done.stderr
+    manifests = tmp_path / f"manifests.{fmt}"
+    manifests.write_text(done.stdout)
+    done = run("explain", manifests, "-c", SMALL, "-o", "json", "--no-baselines")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == record_explained
+
+
+def test_incomplete_manifests_are_bad_input_naming_the_file(placed, tmp_path):
+    _, manifests = placed
+    docs = [d for d in yaml.safe_load_all(manifests.read_text()) if d]
+    cut = tmp_path / "cut.yaml"
+    cut.write_text(yaml.safe_dump_all([d for d in docs if d["kind"] != "Deployment"]))
+    done = run("explain", cut, "-c", SMALL)
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert f"{cut}: replica 0 has no router object with a placer.dev/node annotation" in done.stderr
+
+
 def test_svg_is_written_atomically_and_well_formed(placed, tmp_path):
     record, _ = placed
     svg = tmp_path / "placement.svg"

@@ -18,10 +18,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from placer.emit import build_manifests, to_yaml
+from placer.emit import build_manifests, placement_text, to_json_list, to_yaml
+from placer.errors import InputError
+from placer.explain import explain_placement, to_json
 from placer.load import load_cluster, load_spec
 from placer.pipeline import verify_placement
 from placer.problem import build_problem
+from placer.record import load_placed
 from placer.solve import SolveOptions, solve
 from placer.targets import TARGETS
 from placer.topology import build_topology
@@ -384,3 +387,99 @@ def test_kueue_podsets_follow_the_documented_rules(solved):
                 k: v for k, v in m["metadata"]["annotations"].items() if k.startswith("kueue.x-k8s.io/podset")
             }
             assert kueue_keys == {k: v for k, v in a.items() if k.startswith("kueue.x-k8s.io/podset")}
+
+
+# ---- explain reads every target back ----------------------------------------------------------------------
+
+
+def _explain_json(placed, topo) -> str:
+    """What ``placer explain -o json`` prints (baselines depend on spec and cluster only, so they are left out)."""
+    return json.dumps(to_json(explain_placement(placed.spec, topo, placed.placement, [])), indent=2, sort_keys=True)
+
+
+def test_explain_reads_every_target_back(solved, tmp_path):
+    """solve -> manifests (YAML stream and JSON List) -> explain gives what explain gives on the record."""
+    _, spec, topo, placement, docs = solved
+    record = tmp_path / "placed.json"
+    record.write_text(placement_text(placement, record, spec))
+    from_record = load_placed(record)
+    expected = _explain_json(from_record, topo)
+    for target, built in docs.items():
+        for name, text in (("m.yaml", to_yaml(built)), ("m.json", to_json_list(built))):
+            path = tmp_path / f"{target}-{name}"
+            path.write_text(text)
+            placed = load_placed(path)
+            assert placed.source == "manifests" and placed.spec == spec, (target, name)
+            assert placed.placement.replicas == from_record.placement.replicas, (target, name)
+            assert placed.placement.stats == from_record.placement.stats, (target, name)
+            assert _explain_json(placed, topo) == expected, (target, name)
+
+
+def _built(spec_name: str) -> dict[str, list[dict]]:
+    spec = load_spec(ROOT / "fixtures" / "specs" / f"{spec_name}.yaml")
+    topo = build_topology(load_cluster(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"))
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    report = verify_placement(spec, topo, placement)
+    return {t: build_manifests(spec, topo, placement, report, target=t) for t in TARGETS}
+
+
+@pytest.fixture(scope="module")
+def multinode():
+    return _built("tp16-multinode") | {"disagg": _built("llama-70b-disagg")["coscheduling"]}
+
+
+def _read(tmp_path, docs: list[dict]) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(to_yaml(docs))
+    load_placed(path)
+
+
+def _is_instance(doc: dict, pool: str, index: str) -> bool:
+    labels = doc["metadata"].get("labels", {})
+    return labels.get("placer.dev/pool") == pool and labels.get("placer.dev/instance") == index
+
+
+def _drop(docs: list[dict], kind: str, index: int = 0) -> list[dict]:
+    found = [i for i, d in enumerate(docs) if d["kind"] == kind]
+    return [d for i, d in enumerate(docs) if i != found[index]]
+
+
+def test_foreign_or_broken_manifests_name_the_file_and_what_is_missing(multinode, tmp_path):
+    cos, kueue, grove, lws, disagg = (multinode[t] for t in ("coscheduling", "kueue", "grove", "lws", "disagg"))
+    m = str(tmp_path / "m.yaml")
+    foreign = [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {}}]
+    with pytest.raises(InputError, match=rf"^{m}: no PodGroup, PodCliqueSet or Pod carries the placer.dev/spec"):
+        _read(tmp_path, foreign)
+    with pytest.raises(InputError, match=r"not manifests placer emitted"):  # the pod that carries the spec is gone
+        _read(tmp_path, [d for d in kueue if "placer.dev/spec" not in d["metadata"].get("annotations", {})])
+    with pytest.raises(InputError, match=r"replica 0 has decode instances \[0, 2, 3\]; the spec places 4 \(0-3\)"):
+        _read(tmp_path, [d for d in disagg if not _is_instance(d, "decode", "1")])
+    with pytest.raises(InputError, match=r"the gang is there but not its pods"):
+        _read(tmp_path, [d for d in cos if d["kind"] != "Pod"])
+    bare = json.loads(json.dumps(cos))
+    pod = next(d for d in bare if d["kind"] == "Pod")
+    del pod["metadata"]["annotations"]["placer.dev/instance-gpus"]
+    with pytest.raises(InputError, match=rf"Pod '{pod['metadata']['name']}': no placer.dev/instance-gpus annotation"):
+        _read(tmp_path, bare)
+    with pytest.raises(InputError, match=r"replica 0 has no router object with a placer.dev/node annotation"):
+        _read(tmp_path, _drop(disagg, "Deployment"))
+    odd = json.loads(json.dumps(lws))
+    lws_doc = next(d for d in odd if d["kind"] == "LeaderWorkerSet")
+    lws_doc["metadata"]["labels"]["placer.dev/pool"] = "nope"
+    with pytest.raises(InputError, match=r"LeaderWorkerSet '.*': label placer.dev/pool 'nope' is not a pool"):
+        _read(tmp_path, odd)
+    torn = json.loads(json.dumps(grove))
+    cliques = torn[0]["spec"]["template"]["cliques"]
+    worker = next(c for c in cliques if c["name"].endswith("-w"))
+    worker["annotations"]["placer.dev/instance-gpus"] = "elsewhere:0,1,2,3,4,5,6,7"
+    with pytest.raises(InputError, match=r"clique '.*-w' puts aggregated-0 of replica 0 on other GPUs"):
+        _read(tmp_path, torn)
+    other = json.loads(json.dumps(cos))
+    for d in other:
+        notes = d["metadata"].get("annotations", {})
+        if "placer.dev/spec" in notes:  # the same deployment emitted for another namespace
+            changed = json.loads(notes["placer.dev/spec"])
+            changed["metadata"]["namespace"] = "prod"
+            notes["placer.dev/spec"] = json.dumps(changed)
+    with pytest.raises(InputError, match=r"different placer.dev/spec annotations: give one placement"):
+        _read(tmp_path, cos + other)

@@ -20,7 +20,7 @@ from placer.pipeline import verify_placement
 from placer.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
 from placer.record import load_placed
 from placer.spec import ServingTopology
-from placer.targets import dra
+from placer.targets import TARGETS, dra
 from placer.targets.nccl import instance_settings
 from placer.topology import build_topology
 
@@ -163,7 +163,7 @@ def agg_small():
     return spec, placement, verify_placement(spec, SMALL_TOPO, placement)
 
 
-@pytest.mark.parametrize("target", ["coscheduling", "kai", "volcano", "dra"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_explain_reads_target_manifests_back(agg_small, target, tmp_path):
     spec, placement, report = agg_small
     path = tmp_path / "m.yaml"

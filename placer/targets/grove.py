@@ -107,7 +107,11 @@ def pod_clique_set(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
         if single:
             lab = labels(ctx.spec, rep.index, ctx.spec.role_of(pool)) | {"placer.dev/pool": pool}
             placed = {str(i.index): f"{i.pods[0].node}:{','.join(map(str, i.pods[0].gpus))}" for i in single}
-            notes = {"placer.dev/instances": json.dumps(placed, sort_keys=True)}
+            domains = {str(i.index): ctx.instance_domain(rep.index, i) for i in single}
+            notes = {
+                "placer.dev/instances": json.dumps(placed, sort_keys=True),
+                "placer.dev/domains": json.dumps(domains, sort_keys=True),
+            }
             pod = _engine(ctx, rep, single, [(k, 0) for k in range(len(single))])
             cliques.append(_clique(pool, ctx.spec.role_of(pool), len(single), pod, lab, notes))
         for inst in (i for i in members if len(i.pods) > 1):

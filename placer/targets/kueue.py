@@ -11,6 +11,8 @@ whole instances of equal size, ``podset-slice-size`` = pods per instance and
 ``podset-slice-required-topology`` = the level of the broadest instance, so that every TP group stays in
 one domain of the level placer put it in. A role spread over the whole cluster asks for
 ``podset-unconstrained-topology`` (TAS bookkeeping without a domain).
+The replica's first pod also carries placer's spec and solver status (``placer.dev/spec``, …), which
+``placer explain`` reads back, since a Kueue pod group has no object of its own.
 Phase 3, node affinity: each pod admits the nodes placer chose for its role in its replica (all pods of a
 role must look alike to Kueue, so this narrows to a set rather than pinning one node per pod). Kueue's TAS
 then assigns pods to those nodes and ungates them; kube-scheduler binds.
@@ -96,6 +98,8 @@ def build(ctx: Context) -> list[dict]:
                 role, topology, hosts = role_of[(inst.pool, inst.index, j)]
                 annotations = pod_annotations(ctx, rep.index, inst, pod)
                 annotations |= {TOTAL: str(replica_pods(rep)), SERVING: "true", ROLE: role} | topology
+                if inst is rep.instances[0] and j == 0:  # a pod group has no object of its own: its first pod
+                    annotations |= ctx.group_annotations()  # carries what explain reads (spec, status)
                 container = engine_container(ctx, inst, len(pod.gpus), j)
                 doc: dict[str, Any] = {
                     "apiVersion": "v1",
