@@ -631,7 +631,7 @@ def summarize(run: dict) -> dict:
     }
 
 
-def report(results: list[dict], cmd: str, wall_s: float) -> str:
+def report(results: list[dict], cmd: str, wall_s: float, load: tuple[float, float] | None = None) -> str:
     p = results[0]["case"]["params"]
     lines = [
         "# Churn simulation",
@@ -639,7 +639,13 @@ def report(results: list[dict], cmd: str, wall_s: float) -> str:
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}, "
         f"OR-Tools {_ortools()}. Reproduce: `{cmd}` ({wall_s / 60:.1f} min for the whole run). The script and "
         "its rules are described in `bench/churn.py`; `bench/churn.png` plots admitted deployments and stranded "
-        "GPUs over time.",
+        "GPUs over time."
+        + (
+            f" The machine is shared: 1-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end "
+            "(latencies are inflated by whatever else ran)."
+            if load
+            else ""
+        ),
         "",
         "## Trace",
         "",
@@ -826,6 +832,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
     cases = [c for c in (QUICK if args.quick else FULL) if not keep or c.gpus in keep]
     t0 = time.perf_counter()
+    load_start = os.getloadavg()[0]
     results = []
     for case in cases:
         case = Case(case.gpus, case.cluster_seed, case.params, case.time_limit_s, policies)
@@ -838,7 +845,7 @@ def main(argv: list[str] | None = None) -> None:
         cmd += f" --policies {args.policies}"
     if args.raw:
         args.raw.write_text(json.dumps(results, sort_keys=True) + "\n")
-    (out / "CHURN.md").write_text(report(results, cmd, wall))
+    (out / "CHURN.md").write_text(report(results, cmd, wall, (load_start, os.getloadavg()[0])))
     plot(results, out / "churn.png")
     for r in results:
         for run in r["runs"]:
