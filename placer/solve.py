@@ -30,8 +30,69 @@ class SolveOptions:
     log: Callable[[str], None] | None = None  # solver progress lines (stderr in the CLI)
 
 
+@dataclass
+class Outcome:
+    """One search's answer before names are attached: what the decomposition combines."""
+
+    replicas: tuple[ReplicaPlacement, ...]
+    misses: int  # instances outside their preferred level
+    cost: int
+    bound: int | None
+    proven: bool
+    notes: list[str]
+    seconds: dict[str, float]
+
+
+class Unplaceable(Exception):
+    """No placement (``proven``: none exists; else none found in time). solve() turns it into an
+    InfeasibleError with the conflict explanation; the decomposition catches it per container."""
+
+    def __init__(self, proven: bool):
+        super().__init__("proven infeasible" if proven else "nothing found in time")
+        self.proven = proven
+
+
 def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement:
-    """Place as many replicas as fit (at least minReplicas) at least cost; raise InfeasibleError otherwise."""
+    """Place as many replicas as fit (at least minReplicas) at least cost; raise InfeasibleError otherwise.
+
+    When every replica must sit inside one of several disjoint domains (a KV-transfer floor that only a rack
+    meets, say), the problem separates by domain and placer.decompose solves it domain by domain, exactly;
+    otherwise one CP-SAT model is searched."""
+    from placer.decompose import solve_by_domain, split_of
+
+    deadline = time.perf_counter() + options.time_limit_s
+    try:
+        split = split_of(problem)
+        outcome = (
+            search(problem, options, deadline) if split is None else solve_by_domain(problem, split, options, deadline)
+        )
+    except Unplaceable as exc:
+        raise _infeasible(problem, exc.proven, options.time_limit_s) from None
+    notes = list(outcome.notes)
+    n = len(outcome.replicas)
+    if n < problem.replicas:
+        notes.append(f"placed {n} of {problem.replicas} replicas")
+    proven, bound = outcome.proven, outcome.bound
+    if problem.unlike_domains:
+        # The model priced these domains at their slowest node: its optimum and bound hold for that
+        # pricing, not for the real links, so neither is claimed.
+        worst = ", ".join(problem.unlike_domains[:3]) + (" ..." if len(problem.unlike_domains) > 3 else "")
+        notes.append(f"optimality not claimed: {worst} mix nodes with unlike links (priced at the slowest)")
+        proven, bound = False, None
+    stats = SolveStats(
+        status="optimal" if proven else "feasible",
+        objective=outcome.cost,
+        bound=bound,
+        gap=0.0 if proven else (None if bound is None else (outcome.cost - bound) / max(1, outcome.cost)),
+        seconds=outcome.seconds,
+        notes=notes,
+    )
+    spec = problem.spec
+    return Placement(spec.metadata.name, spec.metadata.namespace, problem.topology.name, outcome.replicas, stats)
+
+
+def search(problem: Problem, options: SolveOptions, deadline: float) -> Outcome:
+    """One CP-SAT model for the whole problem, solved in lexicographic stages; raises Unplaceable."""
     from ortools.sat.python import cp_model
 
     from placer.cpsat.model import PlacementModel
@@ -42,7 +103,6 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
     pm = PlacementModel(problem)
     t_build = time.perf_counter()
     model, v = pm.model, pm.vars
-    deadline = t0 + options.time_limit_s
     _hint(pm, problem, start)
 
     def run(stage: str) -> tuple[cp_model.CpSolver, int]:
@@ -62,6 +122,8 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
         log = options.log
         solver.log_callback = (lambda line: log(f"[{stage}] {line}") if line.strip() else None) if log else _ignore
         status = solver.solve(model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            raise Unplaceable(status == cp_model.INFEASIBLE)
         return solver, status
 
     notes: list[str] = []
@@ -69,57 +131,45 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
     if best_n < problem.replicas:
         model.maximize(sum(v.placed))
         solver, status = run("replicas")
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            raise _infeasible(problem, status == cp_model.INFEASIBLE, options.time_limit_s)
         best_n = int(round(solver.objective_value))
         if status != cp_model.OPTIMAL:
             notes.append("time limit hit while maximising replicas; more might fit")
         _rehint(model, solver, v)
     if best_n < problem.min_replicas:
-        raise _infeasible(problem, True, options.time_limit_s)
+        raise Unplaceable(True)
     for k, lit in enumerate(v.placed):
         model.add(lit == (1 if k < best_n else 0))
+    misses = 0
     if any(p.preferred for p in problem.pools.values()):
         greedy_misses = sum(
             problem.pools[g.pool].candidates[g.candidate].preferred_miss for r in start for g in r.instances
         )
         if len(start) == best_n and greedy_misses == _forced_misses(problem, best_n):
             model.add(pm.misses_expr() <= greedy_misses)
+            misses = greedy_misses
         else:
             model.clear_objective()
             model.minimize(pm.misses_expr())
             solver, status = run("preferred")
-            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                raise _infeasible(problem, status == cp_model.INFEASIBLE, options.time_limit_s)
-            model.add(pm.misses_expr() <= int(round(solver.objective_value)))
+            misses = int(round(solver.objective_value))
+            if status != cp_model.OPTIMAL:
+                notes.append("time limit hit while minimising preferred-level misses")
+            model.add(pm.misses_expr() <= misses)
             _rehint(model, solver, v)
     cost = pm.cost_expr()
     model.clear_objective()
     model.minimize(cost)
     solver, status = run("cost")
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise _infeasible(problem, status == cp_model.INFEASIBLE, options.time_limit_s)
-    objective = int(round(solver.objective_value))
-    bound = int(solver.best_objective_bound)
     t_solve = time.perf_counter()
-    replicas = decode(problem, solver, pm, best_n)
-    proven = status == cp_model.OPTIMAL
-    if problem.unlike_domains:
-        # The model priced these domains at their slowest node: its optimum and bound hold for that
-        # pricing, not for the real links, so neither is claimed.
-        worst = ", ".join(problem.unlike_domains[:3]) + (" ..." if len(problem.unlike_domains) > 3 else "")
-        notes.append(f"optimality not claimed: {worst} mix nodes with unlike links (priced at the slowest)")
-        proven, bound = False, None
-    stats = SolveStats(
-        status="optimal" if proven else "feasible",
-        objective=objective,
-        bound=bound,
-        gap=0.0 if proven else (None if bound is None else (objective - bound) / max(1, objective)),
+    return Outcome(
+        replicas=decode(problem, solver, pm, best_n),
+        misses=misses,
+        cost=int(round(solver.objective_value)),
+        bound=int(solver.best_objective_bound),
+        proven=status == cp_model.OPTIMAL and not notes,
+        notes=notes,
         seconds={"greedy": t_greedy - t0, "build": t_build - t_greedy, "solve": t_solve - t_build},
-        notes=notes + ([f"placed {best_n} of {problem.replicas} replicas"] if best_n < problem.replicas else []),
     )
-    spec = problem.spec
-    return Placement(spec.metadata.name, spec.metadata.namespace, problem.topology.name, replicas, stats)
 
 
 def _forced_misses(problem: Problem, replicas: int) -> int:

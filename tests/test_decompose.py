@@ -1,0 +1,196 @@
+"""The decomposition by domain is exact: on random clusters and specs where it applies, it finds the same
+number of replicas, preferred-level misses and cost as one monolithic model of the whole problem; and it
+applies exactly where every replica is confined to one of several disjoint domains."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from placer.cluster import ClusterSpec
+from placer.decompose import lower_bound, partition, split_of
+from placer.errors import InputError
+from placer.load import load_cluster, load_spec
+from placer.problem import build_problem
+from placer.solve import SolveOptions, Unplaceable, search, solve
+from placer.spec import ServingTopology
+from placer.topology import build_topology
+from placer.verify import check
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "fixtures"
+
+
+def _problem(spec_path: Path, cluster_path: Path):
+    spec = load_spec(spec_path)
+    topo = build_topology(load_cluster(cluster_path))
+    return spec, topo, build_problem(spec, topo)
+
+
+def test_kv_floor_on_gb200_splits_by_nvl72_rack():
+    _, topo, problem = _problem(FIX / "specs/llama-70b-disagg.yaml", FIX / "clusters/gb200-nvl72-1008.yaml")
+    split = split_of(problem)
+    assert split is not None and len(split.domains) > 1
+    assert {topo.domains[d].level for d in split.domains} == {"nvlink-domain"}
+    # disjoint: no domain contains another
+    for d in split.domains:
+        assert not set(topo.ancestors(d)[1:]) & set(split.domains)
+
+
+def test_kv_floor_on_dgx_splits_by_infiniband_leaf():
+    _, topo, problem = _problem(FIX / "specs/llama-70b-disagg.yaml", FIX / "clusters/dgx-h100-1024.yaml")
+    split = split_of(problem)
+    assert split is not None
+    assert {topo.domains[d].level for d in split.domains} == {"leaf"}
+
+
+def test_no_split_without_a_rule_covering_every_pool_or_with_one_domain_only():
+    _, _, problem = _problem(FIX / "specs/tp16-multinode.yaml", FIX / "clusters/dgx-h100-1024.yaml")
+    assert not problem.colocations and split_of(problem) is None
+    # 200 GB/s is met through the 2:1 spine on DGX, so the whole cluster is the one domain that holds it
+    _, topo, problem = _problem(FIX / "specs/llama-70b-large.yaml", FIX / "clusters/dgx-h100-1024.yaml")
+    assert topo.root in {c.domain for c in problem.colocations[0].containers}
+    assert split_of(problem) is None
+
+
+def test_router_rule_broader_than_the_transfer_domain_prevents_the_split():
+    _, _, problem = _problem(FIX / "specs/llama-70b-disagg.yaml", FIX / "clusters/dgx-h100-1024.yaml")
+    assert split_of(problem) is not None
+    transfer, router = problem.colocations
+    broad = replace(
+        router, containers=(*router.containers, replace(router.containers[0], domain=problem.topology.root))
+    )
+    assert split_of(replace(problem, colocations=[transfer, broad])) is None
+    assert split_of(replace(problem, colocations=[transfer])) is None  # a router with no rule may sit anywhere
+
+
+def test_lower_bound_never_exceeds_the_domain_optimum():
+    _, _, problem = _problem(FIX / "specs/llama-70b-disagg.yaml", FIX / "clusters/gb200-nvl72-1008.yaml")
+    split = split_of(problem)
+    assert split is not None
+    checked = 0
+    for part in partition(problem, split)[:6]:
+        bound = lower_bound(part)
+        try:
+            out = search(part, SolveOptions(time_limit_s=20), time.perf_counter() + 20)
+        except Unplaceable as exc:
+            assert exc.proven
+            continue
+        assert bound is not None and bound <= (out.misses, out.cost)
+        checked += 1
+    assert checked
+
+
+def _cluster(draw) -> dict:
+    nodes = []
+    for r in range(draw(st.integers(2, 4))):
+        for i in range(draw(st.integers(1, 3))):
+            count = draw(st.sampled_from([4, 8]))
+            busy = sorted(draw(st.sets(st.integers(0, count - 1), max_size=count - 1)))
+            node = {
+                "name": f"n{r}-{i}",
+                "rack": f"r{r}",
+                "gpus": {"count": count, "product": "H100", "memoryGiB": 80},
+                "busy": busy,
+                "cpu": "32",
+                "memory": "256Gi",
+            }
+            if draw(st.booleans()):
+                node["metrics"] = {
+                    "queueDepth": draw(st.integers(0, 6)),
+                    "kvCacheHit": draw(st.sampled_from([0.0, 0.4])),
+                }
+            nodes.append(node)
+    return {
+        "apiVersion": "placer.dev/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": "racks"},
+        "nodes": nodes,
+        "fabric": {"network": {"railsPerNode": draw(st.sampled_from([1, 8]))}},
+    }
+
+
+@st.composite
+def cases(draw) -> tuple[dict, dict]:
+    def pool(role: str) -> dict:
+        required = draw(st.sampled_from(["node", "rack"]))
+        return {
+            "role": role,
+            "instances": draw(st.integers(1, 3)),
+            "tensorParallel": draw(st.sampled_from([1, 2, 4, 8])),
+            "placement": {"required": required, **({"preferred": "node"} if draw(st.booleans()) else {})},
+            "template": {"image": "example.com/engine:1", "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}},
+        }
+
+    replicas = draw(st.integers(1, 3))
+    spec = {
+        "apiVersion": "placer.dev/v1alpha1",
+        "kind": "ServingTopology",
+        "metadata": {"name": "t"},
+        "model": {"layers": 8, "hiddenSize": 2048, "kvHeads": 4, "headDim": 64},
+        "pools": {"prefill": pool("prefill"), "decode": pool("decode")},
+        "transfer": {"from": "prefill", "to": "decode", "maxLevel": "rack"},
+        "replicas": replicas,
+        "minReplicas": draw(st.integers(0, replicas)),
+    }
+    if draw(st.booleans()):
+        spec["router"] = {
+            "cpu": "2",
+            "memory": "1Gi",
+            "near": {"pool": "decode", "level": draw(st.sampled_from(["node", "rack"]))},
+        }
+    if replicas > 1 and draw(st.booleans()):
+        spec["spread"] = {"level": draw(st.sampled_from(["node", "rack"]))}
+    return spec, _cluster(draw)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_by_domain_equals_one_model(case):
+    spec_d, cluster_d = case
+    spec = ServingTopology.model_validate(spec_d)
+    topo = build_topology(ClusterSpec.model_validate(cluster_d))
+    try:
+        problem = build_problem(spec, topo)
+    except InputError:
+        assume(False)
+        return
+    assume(split_of(problem) is not None)
+    deadline = time.perf_counter() + 30
+    try:
+        whole = search(problem, SolveOptions(), deadline)
+    except Unplaceable as exc:
+        assert exc.proven
+        whole = None
+    from placer.decompose import solve_by_domain
+
+    try:
+        parts = solve_by_domain(problem, split_of(problem), SolveOptions(), deadline)
+    except Unplaceable as exc:
+        assert exc.proven
+        parts = None
+    assert (whole is None) == (parts is None)
+    if whole is None or parts is None:
+        return
+    assert whole.proven and parts.proven
+    assert (len(parts.replicas), parts.misses, parts.cost) == (len(whole.replicas), whole.misses, whole.cost)
+    placement = solve(problem, SolveOptions())
+    report = check(spec, topo, placement)
+    assert report.ok, report.violations
+    assert report.total_units == parts.cost
+
+
+@pytest.mark.parametrize("cluster", ["gb200-nvl72-1008", "dgx-h100-1024"])
+def test_fixture_solve_by_domain_is_proven_and_checked(cluster):
+    spec, topo, problem = _problem(FIX / "specs/llama-70b-disagg.yaml", FIX / f"clusters/{cluster}.yaml")
+    placement = solve(problem, SolveOptions(time_limit_s=30))
+    assert placement.stats.status == "optimal"
+    report = check(spec, topo, placement)
+    assert report.ok and report.total_units == placement.stats.objective
+    whole = search(problem, SolveOptions(time_limit_s=30), time.perf_counter() + 30)
+    assert whole.proven and whole.cost == placement.stats.objective
