@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from placer.solve import Outcome, SolveOptions
 
 INFEASIBLE = None  # a (domain, k) entry that has no placement
+MIN_SHARE_S = 0.5  # the least time one domain's model is given when several are still to be solved
 Value = tuple[int, int]  # (preferred-level misses, cost units): compared lexicographically
 Estimate = Callable[[int, int], "Value | None"]  # (domain index, replicas) -> value or lower bound
 
@@ -199,7 +200,8 @@ def _bound_per_instance(problem: Problem) -> Value | None:
 
 def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, deadline: float) -> Outcome:
     """The best selection of (domain, replicas) by lazy, exact DP; raises Unplaceable like solve.search."""
-    from placer.solve import Outcome, Unplaceable, search
+    from placer.greedy import greedy
+    from placer.solve import Outcome, Unplaceable, greedy_outcome, search
 
     t0 = time.perf_counter()
     topo = problem.topology
@@ -214,9 +216,8 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, deadl
     solved: dict[tuple[int, int], Outcome | None] = {}  # (domain index, k) -> answer, None if infeasible
     searched = 0
 
-    def estimate(i: int, k: int, proven_only: bool = False) -> Value | None:
-        """The entry's value if solved, else a lower bound: k times one replica's value or bound. With
-        ``proven_only``, answers cut short by the time limit count as unsolved (for the reported bound)."""
+    def estimate(i: int, k: int) -> Value | None:
+        """The entry's value if solved, else a lower bound: k times one replica's proven value or bound."""
         if k == 0:
             return 0, 0
         if k > room[i] or bounds[i] is INFEASIBLE:
@@ -224,21 +225,24 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, deadl
         if any((i, j) in solved and solved[(i, j)] is None for j in range(1, k + 1)):
             return INFEASIBLE  # k replicas fit wherever k + 1 do
         got = solved.get((i, k))
-        if got is not None and (got.proven or not proven_only):
+        if got is not None:
             return got.misses, got.cost
         one = solved.get((i, 1))
         base = (one.misses, one.cost) if one is not None and one.proven else bounds[i]
         assert base is not None
         return base[0] * k, base[1] * k
 
-    def solve_entry(i: int, k: int) -> None:
+    def solve_entry(i: int, k: int, share: int) -> None:
+        """Solve one entry within its share of the time left, so one hard domain cannot starve the rest."""
         nonlocal searched
         searched += 1
         log = options.log
         tag = f"{split.domains[i]} x{k}"
         sub_options = replace(options, log=(lambda line: log(f"[{tag}] {line}")) if log else None)
         try:
-            solved[(i, k)] = search(replace(parts[i], replicas=k, min_replicas=k), sub_options, deadline)
+            now = time.perf_counter()
+            until = min(deadline, now + max(MIN_SHARE_S, (deadline - now) / share))
+            solved[(i, k)] = search(replace(parts[i], replicas=k, min_replicas=k), sub_options, until)
         except Unplaceable as exc:
             if not exc.proven:
                 raise TimeoutError from None
@@ -251,14 +255,13 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, deadl
         if not todo:
             break
         try:
-            for i, k in todo:
+            for j, (i, k) in enumerate(todo):
                 if time.perf_counter() >= deadline:
                     raise TimeoutError
-                solve_entry(i, k)
+                solve_entry(i, k, len(todo) - j)
         except TimeoutError:
             timed_out = True
             break
-    lower = _total(_best_selection(split, room, problem.replicas, lambda i, k: estimate(i, k, True)), estimate)
     if timed_out:
         pick = _best_selection(
             split, room, problem.replicas, lambda i, k: estimate(i, k) if k == 0 or (i, k) in solved else INFEASIBLE
@@ -266,6 +269,11 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, deadl
     chosen = [(i, k) for i, k in sorted(pick) if k]
     answers = [solved[e] for e in chosen]
     n = sum(k for _i, k in chosen)
+    if timed_out:
+        fallback = greedy_outcome(problem, greedy(problem))
+        if len(fallback.replicas) > n and len(fallback.replicas) >= problem.min_replicas:
+            note = "time limit hit while solving domain by domain; the greedy placement is returned"
+            return replace(fallback, notes=[note], seconds={"solve": time.perf_counter() - t0})
     if n < problem.min_replicas or (timed_out and n == 0):
         raise Unplaceable(not timed_out)
     replicas: list[ReplicaPlacement] = []
@@ -284,23 +292,15 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, deadl
             f"[by domain] {searched} model(s) solved over {len(split.domains)} "
             f"{_level_word(topo, split.domains)} domains; the rest were excluded by their lower bound"
         )
-    bound = cost if proven else (lower[1] if lower is not None and lower[0] == misses else None)
+    # Lower bounds here are lexicographic (misses first), so they bound the cost only at equal misses
+    # domain by domain; short of a proof no cost bound is claimed.
+    bound = cost if proven else None
     return Outcome(tuple(replicas), misses, cost, bound, proven, notes, {"solve": time.perf_counter() - t0})
 
 
 def _level_word(topo: Topology, domains: tuple[str, ...]) -> str:
     levels = sorted({topo.domains[d].level for d in domains}, key=LEVEL_RANK.__getitem__)
     return "/".join(levels)
-
-
-def _total(pick: list[tuple[int, int]], estimate: Estimate) -> Value | None:
-    misses = cost = 0
-    for i, k in pick:
-        v = estimate(i, k)
-        if v is None:
-            return None
-        misses, cost = misses + v[0], cost + v[1]
-    return misses, cost
 
 
 def _best_selection(split: Split, room: list[int], replicas: int, estimate: Estimate) -> list[tuple[int, int]]:

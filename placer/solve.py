@@ -14,10 +14,11 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from placer.errors import InfeasibleError
 from placer.greedy import GreedyReplica, greedy
+from placer.levels import LEVEL_RANK
 from placer.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
 from placer.problem import Problem
 
@@ -92,7 +93,11 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
 
 
 def search(problem: Problem, options: SolveOptions, deadline: float) -> Outcome:
-    """One CP-SAT model for the whole problem, solved in lexicographic stages; raises Unplaceable."""
+    """One CP-SAT model for the whole problem, solved in lexicographic stages; raises Unplaceable.
+
+    When the time limit cuts a stage short, the best complete placement known so far (the previous
+    stage's, else the greedy warm start's) is returned as feasible: never a partial gang, never nothing
+    when something valid was in hand."""
     from ortools.sat.python import cp_model
 
     from placer.cpsat.model import PlacementModel
@@ -104,6 +109,11 @@ def search(problem: Problem, options: SolveOptions, deadline: float) -> Outcome:
     t_build = time.perf_counter()
     model, v = pm.model, pm.vars
     _hint(pm, problem, start)
+    notes: list[str] = []
+    best: Outcome | None = greedy_outcome(problem, start) if len(start) >= problem.min_replicas else None
+
+    def timings() -> dict[str, float]:
+        return {"greedy": t_greedy - t0, "build": t_build - t_greedy, "solve": time.perf_counter() - t_build}
 
     def run(stage: str) -> tuple[cp_model.CpSolver, int]:
         solver = cp_model.CpSolver()
@@ -123,44 +133,63 @@ def search(problem: Problem, options: SolveOptions, deadline: float) -> Outcome:
         solver.log_callback = (lambda line: log(f"[{stage}] {line}") if line.strip() else None) if log else _ignore
         status = solver.solve(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if status != cp_model.INFEASIBLE and best is not None:
+                raise _Cut(stage)
             raise Unplaceable(status == cp_model.INFEASIBLE)
         return solver, status
 
-    notes: list[str] = []
-    best_n = len(start)
-    if best_n < problem.replicas:
-        model.maximize(sum(v.placed))
-        solver, status = run("replicas")
-        best_n = int(round(solver.objective_value))
-        if status != cp_model.OPTIMAL:
-            notes.append("time limit hit while maximising replicas; more might fit")
-        _rehint(model, solver, v)
-    if best_n < problem.min_replicas:
-        raise Unplaceable(True)
-    for k, lit in enumerate(v.placed):
-        model.add(lit == (1 if k < best_n else 0))
-    misses = 0
-    if any(p.preferred for p in problem.pools.values()):
-        greedy_misses = sum(
-            problem.pools[g.pool].candidates[g.candidate].preferred_miss for r in start for g in r.instances
+    def answer(solver: cp_model.CpSolver, n: int) -> Outcome:
+        return Outcome(
+            decode(problem, solver, pm, n),
+            int(solver.value(pm.misses_expr())),
+            int(solver.value(pm.cost_expr())),
+            None,
+            False,
+            notes,
+            {},
         )
-        if len(start) == best_n and greedy_misses == _forced_misses(problem, best_n):
-            model.add(pm.misses_expr() <= greedy_misses)
-            misses = greedy_misses
-        else:
-            model.clear_objective()
-            model.minimize(pm.misses_expr())
-            solver, status = run("preferred")
-            misses = int(round(solver.objective_value))
+
+    try:
+        best_n = len(start)
+        if best_n < problem.replicas:
+            model.maximize(sum(v.placed))
+            solver, status = run("replicas")
+            best_n = int(round(solver.objective_value))
             if status != cp_model.OPTIMAL:
-                notes.append("time limit hit while minimising preferred-level misses")
-            model.add(pm.misses_expr() <= misses)
+                notes.append("time limit hit while maximising replicas; more might fit")
+            if best_n >= problem.min_replicas:
+                best = answer(solver, best_n)
             _rehint(model, solver, v)
-    cost = pm.cost_expr()
-    model.clear_objective()
-    model.minimize(cost)
-    solver, status = run("cost")
-    t_solve = time.perf_counter()
+        if best_n < problem.min_replicas:
+            raise Unplaceable(True)
+        for k, lit in enumerate(v.placed):
+            model.add(lit == (1 if k < best_n else 0))
+        misses = 0
+        if any(p.preferred for p in problem.pools.values()):
+            greedy_misses = sum(
+                problem.pools[g.pool].candidates[g.candidate].preferred_miss for r in start for g in r.instances
+            )
+            if len(start) == best_n and greedy_misses == _forced_misses(problem, best_n):
+                model.add(pm.misses_expr() <= greedy_misses)
+                misses = greedy_misses
+            else:
+                model.clear_objective()
+                model.minimize(pm.misses_expr())
+                solver, status = run("preferred")
+                misses = int(round(solver.objective_value))
+                if status != cp_model.OPTIMAL:
+                    notes.append("time limit hit while minimising preferred-level misses")
+                best = answer(solver, best_n)
+                model.add(pm.misses_expr() <= misses)
+                _rehint(model, solver, v)
+        cost = pm.cost_expr()
+        model.clear_objective()
+        model.minimize(cost)
+        solver, status = run("cost")
+    except _Cut as cut:
+        assert best is not None
+        notes.append(f"time limit hit in the {cut.stage} stage; the best complete placement found so far is returned")
+        return replace(best, notes=notes, seconds=timings())
     return Outcome(
         replicas=decode(problem, solver, pm, best_n),
         misses=misses,
@@ -168,8 +197,43 @@ def search(problem: Problem, options: SolveOptions, deadline: float) -> Outcome:
         bound=int(solver.best_objective_bound),
         proven=status == cp_model.OPTIMAL and not notes,
         notes=notes,
-        seconds={"greedy": t_greedy - t0, "build": t_build - t_greedy, "solve": t_solve - t_build},
+        seconds=timings(),
     )
+
+
+class _Cut(Exception):
+    """A stage stopped at the time limit with nothing new; the best placement so far stands."""
+
+    def __init__(self, stage: str):
+        super().__init__(stage)
+        self.stage = stage
+
+
+def greedy_outcome(problem: Problem, start: list[GreedyReplica]) -> Outcome:
+    """The greedy warm start as a complete placement: what a cut-short search falls back to."""
+    topo = problem.topology
+    tele = problem.telemetry_units
+    replicas = []
+    misses = cost = 0
+    for k, rep in enumerate(start):
+        by_pool: dict[str, list] = defaultdict(list)
+        for g in rep.instances:
+            by_pool[g.pool].append(g)
+        instances = []
+        for pool, items in sorted(by_pool.items()):
+            plan = problem.pools[pool]
+            for i, g in enumerate(sorted(items, key=lambda g: plan.candidates[g.candidate].order)):
+                cand = plan.candidates[g.candidate]
+                misses += cand.preferred_miss
+                cost += cand.units + sum(len(gpus) * tele[n] for n, gpus in g.pods)
+                pods = tuple(Pod(topo.nodes[n].name, tuple(sorted(gpus))) for n, gpus in sorted(g.pods))
+                instances.append(InstancePlacement(pool, i, pods, cand.domain))
+        for coloc in problem.colocations:
+            if coloc.name in rep.containers:
+                cost += coloc.containers[rep.containers[coloc.name]].units
+        router = None if rep.router is None else topo.nodes[rep.router].name
+        replicas.append(ReplicaPlacement(k, tuple(instances), router))
+    return Outcome(tuple(replicas), misses, cost, None, False, [], {})
 
 
 def _forced_misses(problem: Problem, replicas: int) -> int:
@@ -198,6 +262,7 @@ def _hint(pm, problem: Problem, start: list[GreedyReplica]) -> None:
     reps = sorted(start, key=lambda r: min(order(g) for g in r.instances if g.pool == first))
     values: dict = {}
     pooled: dict = defaultdict(int)
+    used_spread: dict[int, set[str]] = {}
     for k, rep in enumerate(reps):
         values[v.placed[k]] = 1
         by_pool: dict[str, list] = defaultdict(list)
@@ -216,16 +281,28 @@ def _hint(pm, problem: Problem, start: list[GreedyReplica]) -> None:
                 elif plan.candidates[g.candidate].kind == "pooled":
                     for n, gpus in g.pods:
                         pooled[(plan.selector, n)] += len(gpus)
+        if problem.spread_level:
+            rank = LEVEL_RANK[problem.spread_level]
+            doms = [problem.pools[g.pool].candidates[g.candidate].domain for g in rep.instances]
+            doms += [
+                problem.topology.node_domain[n]
+                for g in rep.instances
+                for n, _ in g.pods
+                if problem.pools[g.pool].multi_node
+            ]
+            used_spread[k] = {pm._spread_of(d, rank) for d in doms}
         for name, j in rep.containers.items():
             values[v.container[(k, name)][j]] = 1
         if rep.router is not None and k in v.router:
             values[v.router[k][rep.router]] = 1
     for key, var in v.pooled.items():
         values[var] = pooled.get(key, 0)
+    for (k, dom), var in v.spread.items():  # an incomplete hint is repaired slowly, or not at all in time
+        values[var] = int(dom in used_spread.get(k, set()))
     for lits in [*v.choice.values(), *v.node_of.values(), *v.container.values(), *v.router.values()]:
         for lit in lits.values():
             pm.model.add_hint(lit, values.get(lit, 0))
-    for var in [*v.pooled.values(), *v.placed]:
+    for var in [*v.pooled.values(), *v.placed, *v.spread.values()]:
         pm.model.add_hint(var, values.get(var, 0))
 
 
