@@ -154,19 +154,21 @@ def rates(p: TraceParams, cluster_gpus: int, shapes: dict[str, ServingTopology])
 
 def generate_trace(p: TraceParams, cluster_gpus: int, shapes: dict[str, ServingTopology], seed: int) -> list[Job]:
     """Serving arrivals in [0, hours), background arrivals in [-WARMUP_H, hours), sorted by arrival.
-    Each stream draws from its own seeded generator, so one stream's parameters do not move the other."""
+
+    Arrival times, sizes and lifetimes each draw from their own seeded generator per stream, so a shorter
+    trace is a prefix of a longer one and one stream's parameters do not move the other stream."""
     serving_rate, bg_rate = rates(p, cluster_gpus, shapes)
     jobs: list[Job] = []
-    rng = random.Random(f"churn/{seed}/serving")
+    times, sizes, lives = (random.Random(f"churn/{seed}/serving/{what}") for what in ("time", "size", "life"))
     names, weights = [s for s, _ in p.shapes], [w for _, w in p.shapes]
-    for i, t in enumerate(_poisson(rng, serving_rate, 0.0, p.hours, p)):
-        shape = rng.choices(names, weights=weights)[0]
-        life = rng.lognormvariate(math.log(p.serving_median_h), p.serving_sigma)
+    for i, t in enumerate(_poisson(times, serving_rate, 0.0, p.hours, p)):
+        shape = sizes.choices(names, weights=weights)[0]
+        life = lives.lognormvariate(math.log(p.serving_median_h), p.serving_sigma)
         jobs.append(Job(f"s{i:04d}", "serving", t, t + life, deployment_gpus(shapes[shape]), shape))
-    rng = random.Random(f"churn/{seed}/background")
-    for i, t in enumerate(_poisson(rng, bg_rate, -WARMUP_H, p.hours, p)):
-        size = rng.choices(JOB_SIZES, weights=JOB_WEIGHTS)[0]
-        life = rng.lognormvariate(math.log(p.background_median_h), p.background_sigma)
+    times, sizes, lives = (random.Random(f"churn/{seed}/background/{what}") for what in ("time", "size", "life"))
+    for i, t in enumerate(_poisson(times, bg_rate, -WARMUP_H, p.hours, p)):
+        size = sizes.choices(JOB_SIZES, weights=JOB_WEIGHTS)[0]
+        life = lives.lognormvariate(math.log(p.background_median_h), p.background_sigma)
         jobs.append(Job(f"b{i:05d}", "background", t, t + life, size))
     return sorted(jobs, key=lambda j: (j.arrive_h, j.id))
 
@@ -631,15 +633,17 @@ def summarize(run: dict) -> dict:
     }
 
 
-def report(results: list[dict], cmd: str, wall_s: float, load: tuple[float, float] | None = None) -> str:
+def report(
+    results: list[dict], cmd: str, wall_s: float, load: tuple[float, float] | None = None, version: str = ""
+) -> str:
     p = results[0]["case"]["params"]
     lines = [
         "# Churn simulation",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}, "
-        f"OR-Tools {_ortools()}. Reproduce: `{cmd}` ({wall_s / 60:.1f} min for the whole run). The script and "
-        "its rules are described in `bench/churn.py`; `bench/churn.png` plots admitted deployments and stranded "
-        "GPUs over time."
+        f"OR-Tools {_ortools()}{', ' + version if version else ''}. Reproduce: `{cmd}` ({wall_s / 60:.1f} min "
+        "for the whole run). The script and its rules are described in `bench/churn.py`; `bench/churn.png` "
+        "plots admitted deployments and stranded GPUs over time."
         + (
             f" The machine is shared: 1-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end "
             "(latencies are inflated by whatever else ran)."
@@ -785,6 +789,22 @@ def _moving_mean(values: list[float], width: int) -> list[float]:
     return [sum(values[max(0, i - width + 1) : i + 1]) / (i + 1 - max(0, i - width + 1)) for i in range(len(values))]
 
 
+def placer_version() -> str:
+    """The commit the run's placer came from, and whether placer/ differed from it (others may be editing)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:
+        return "placer (not a git checkout)"
+    return f"placer at {head}" + (
+        " with uncommitted changes in placer/" if git("status", "--porcelain", "placer") else ""
+    )
+
+
 def _ortools() -> str:
     from importlib.metadata import version
 
@@ -833,6 +853,7 @@ def main(argv: list[str] | None = None) -> None:
     cases = [c for c in (QUICK if args.quick else FULL) if not keep or c.gpus in keep]
     t0 = time.perf_counter()
     load_start = os.getloadavg()[0]
+    version = placer_version()  # before the run: the code imported is the code on disk now
     results = []
     for case in cases:
         case = Case(case.gpus, case.cluster_seed, case.params, case.time_limit_s, policies)
@@ -845,7 +866,7 @@ def main(argv: list[str] | None = None) -> None:
         cmd += f" --policies {args.policies}"
     if args.raw:
         args.raw.write_text(json.dumps(results, sort_keys=True) + "\n")
-    (out / "CHURN.md").write_text(report(results, cmd, wall, (load_start, os.getloadavg()[0])))
+    (out / "CHURN.md").write_text(report(results, cmd, wall, (load_start, os.getloadavg()[0]), version))
     plot(results, out / "churn.png")
     for r in results:
         for run in r["runs"]:

@@ -28,7 +28,7 @@ def _churn():
 
 churn = _churn()
 # Overloaded on purpose (serving alone would want 120 % of the GPUs, at the daily peak) so that some
-# deployments are admitted and some rejected: 12 serving arrivals, 35 background ones after the warm-up.
+# deployments are admitted and some rejected: 10 serving arrivals, 33 background ones after the warm-up.
 PARAMS = churn.TraceParams(
     hours=2.0,
     serving_load=1.2,
@@ -175,3 +175,10 @@ def test_the_same_seed_gives_the_same_numbers(result):
 def test_another_seed_gives_another_trace(shapes):
     one, two = (churn.generate_trace(PARAMS, 128, shapes, seed) for seed in (SEED, SEED + 1))
     assert [j.arrive_h for j in one] != [j.arrive_h for j in two]
+
+
+def test_a_shorter_trace_is_a_prefix_of_a_longer_one(shapes):
+    # Times, sizes and lifetimes draw from separate generators: asking for fewer hours keeps what is kept.
+    long = churn.generate_trace(churn.TraceParams(hours=4.0, shapes=PARAMS.shapes), 128, shapes, SEED)
+    short = churn.generate_trace(churn.TraceParams(hours=2.0, shapes=PARAMS.shapes), 128, shapes, SEED)
+    assert short == [j for j in long if j.arrive_h < 2.0]
