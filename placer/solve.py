@@ -20,7 +20,7 @@ from placer.errors import InfeasibleError
 from placer.greedy import GreedyReplica, greedy
 from placer.levels import LEVEL_RANK
 from placer.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
-from placer.problem import Problem
+from placer.problem import Candidate, Problem
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def search(problem: Problem, options: SolveOptions, deadline: float) -> Outcome:
     def timings() -> dict[str, float]:
         return {"greedy": t_greedy - t0, "build": t_build - t_greedy, "solve": time.perf_counter() - t_build}
 
-    def run(stage: str) -> tuple[cp_model.CpSolver, int]:
+    def run(stage: str) -> tuple[cp_model.CpSolver, cp_model.CpSolverStatus]:
         solver = cp_model.CpSolver()
         p = solver.parameters
         p.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
@@ -312,7 +312,7 @@ def decode(problem: Problem, solver, pm, n_replicas: int) -> tuple[ReplicaPlacem
     topo = problem.topology
     v = pm.vars
     free = {n.index: list(n.free_gpus) for n in topo.nodes}
-    chosen: dict[tuple, tuple[int, object]] = {}
+    chosen: dict[tuple, tuple[int, Candidate]] = {}
     for key, lits in v.choice.items():
         if key[0] >= n_replicas:
             continue

@@ -82,8 +82,9 @@ class PlacementModel:
                 cand = plan.candidates[ci]
                 if cand.kind == "unit":
                     per_unit[cand.domain].append(plan.size * lit)
-                    if cand.level == "socket":
-                        per_unit[self.topo.domains[cand.domain].parent].append(plan.size * lit)
+                    parent = self.topo.domains[cand.domain].parent
+                    if cand.level == "socket" and parent is not None:
+                        per_unit[parent].append(plan.size * lit)
         for key, nodes in self.vars.node_of.items():
             g = self.problem.pools[key[1]].gpus_per_node or 0
             for n, y in nodes.items():
@@ -196,9 +197,9 @@ class PlacementModel:
             for n, y in nodes.items():
                 uses[(k, self._spread_of(self.topo.node_domain[n], rank))].append(y)
         by_domain: dict[str, list] = defaultdict(list)
-        for (k, d), lits in sorted(uses.items()):
+        for (k, d), members in sorted(uses.items()):
             u = self.model.new_bool_var(f"spread[{k},{d}]")
-            for lit in lits:
+            for lit in members:
                 self.model.add_implication(lit, u)
             self.vars.spread[(k, d)] = u
             by_domain[d].append(u)
@@ -215,7 +216,8 @@ class PlacementModel:
     # --- symmetry -------------------------------------------------------------------------------------
     def _instance_key(self, key) -> cp_model.LinearExpr:
         plan = self.problem.pools[key[1]]
-        return sum((plan.candidates[ci].order + 1) * lit for ci, lit in self.vars.choice[key].items())
+        lits = self.vars.choice[key]
+        return cp_model.LinearExpr.weighted_sum(list(lits.values()), [plan.candidates[ci].order + 1 for ci in lits])
 
     def _identical_instances_ordered(self) -> None:
         """Instances of one pool in one replica are interchangeable: order them by domain position."""
@@ -255,7 +257,7 @@ class PlacementModel:
                 for j, t in self.vars.container[(k, coloc.name)].items():
                     if coloc.containers[j].units:
                         terms.append(coloc.containers[j].units * t)
-        return sum(terms)
+        return cp_model.LinearExpr.sum(terms)
 
     def misses_expr(self) -> cp_model.LinearExpr:
         """Instances placed broader than their pool's preferred level."""
@@ -263,4 +265,4 @@ class PlacementModel:
         for (_k, pool, _i), lits in self.vars.choice.items():
             plan = self.problem.pools[pool]
             terms += [lit for ci, lit in lits.items() if plan.candidates[ci].preferred_miss]
-        return sum(terms)
+        return cp_model.LinearExpr.sum(terms)

@@ -76,9 +76,9 @@ def create_variables(model: cp_model.CpModel, problem: Problem) -> Variables:
             plan.candidates[ci].kind == "pooled" for key, cands in choice.items() if key[1] == plan.name for ci in cands
         ):
             for n in sorted(plan.eligible):
-                key = (plan.selector, n)
-                if key not in pooled:
-                    pooled[key] = model.new_int_var(0, len(topo.nodes[n].free_gpus), f"p[{plan.selector},{n}]")
+                if (plan.selector, n) not in pooled:
+                    free = len(topo.nodes[n].free_gpus)
+                    pooled[(plan.selector, n)] = model.new_int_var(0, free, f"p[{plan.selector},{n}]")
     container = {
         (k, c.name): {j: model.new_bool_var(f"t[{k},{c.name},{cont.domain}]") for j, cont in enumerate(c.containers)}
         for k in range(problem.replicas)
