@@ -259,7 +259,12 @@ def _hint(pm, problem: Problem, start: list[GreedyReplica]) -> None:
     v = pm.vars
     order = lambda g: problem.pools[g.pool].candidates[g.candidate].order  # noqa: E731
     first = min(problem.pools)
-    reps = sorted(start, key=lambda r: min(order(g) for g in r.instances if g.pool == first))
+
+    def replica_key(r: GreedyReplica) -> int:  # the model's PlacementModel._instance_key of the first pool
+        mine = [order(g) + 1 for g in r.instances if g.pool == first]
+        return min(mine) if problem.pools[first].multi_node else sum(mine)
+
+    reps = sorted(start, key=replica_key)
     values: dict = {}
     pooled: dict = defaultdict(int)
     used_spread: dict[int, set[str]] = {}
@@ -271,10 +276,10 @@ def _hint(pm, problem: Problem, start: list[GreedyReplica]) -> None:
         for pool, items in by_pool.items():
             plan = problem.pools[pool]
             for i, g in enumerate(sorted(items, key=order)):
-                lits = v.choice[(k, pool, i)]
+                lits = v.choice[(k, pool, i if plan.multi_node else 0)]
                 if g.candidate not in lits:
                     return  # greedy used a place the model filtered out; no hint rather than a wrong one
-                values[lits[g.candidate]] = 1
+                values[lits[g.candidate]] = values.get(lits[g.candidate], 0) + 1
                 if plan.multi_node:
                     for n, _gpus in g.pods:
                         values[v.node_of[(k, pool, i)][n]] = 1
@@ -313,11 +318,14 @@ def decode(problem: Problem, solver, pm, n_replicas: int) -> tuple[ReplicaPlacem
     v = pm.vars
     free = {n.index: list(n.free_gpus) for n in topo.nodes}
     chosen: dict[tuple, tuple[int, Candidate]] = {}
-    for key, lits in v.choice.items():
-        if key[0] >= n_replicas:
+    for (k, pool, i), lits in v.choice.items():
+        if k >= n_replicas:
             continue
-        ci = next(ci for ci, lit in lits.items() if solver.value(lit))
-        chosen[key] = (ci, problem.pools[key[1]].candidates[ci])
+        plan = problem.pools[pool]
+        # counted instances are numbered in candidate order; multi-node ones are already told apart
+        taken = sorted((plan.candidates[ci].order, ci) for ci, lit in lits.items() for _ in range(solver.value(lit)))
+        for j, (_order, ci) in enumerate(taken):
+            chosen[(k, pool, i + j)] = (ci, plan.candidates[ci])
     pods: dict[tuple, list[tuple[int, list[int]]]] = {}
 
     def take(node: int, count: int, socket: int | None = None) -> list[int]:

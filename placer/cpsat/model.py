@@ -48,8 +48,8 @@ class PlacementModel:
     def _replica_all_or_nothing(self) -> None:
         """Every instance of a placed replica has exactly one place; none of an unplaced one has any."""
         v = self.vars
-        for (k, _pool, _i), lits in v.choice.items():
-            self.model.add(sum(lits.values()) == v.placed[k])
+        for key, lits in v.choice.items():
+            self.model.add(sum(lits.values()) == v.copies[key] * v.placed[key[0]])
         for (k, _c), lits in v.container.items():
             self.model.add(sum(lits.values()) == v.placed[k])
         for k, lits in v.router.items():
@@ -165,11 +165,11 @@ class PlacementModel:
                 conts = self.vars.container[(k, coloc.name)]
                 for pool in coloc.pools:
                     plan = self.problem.pools[pool]
-                    for i in range(plan.instances):
+                    for i in range(plan.instances if plan.multi_node else 1):
                         for ci, lit in self.vars.choice[(k, pool, i)].items():
                             ups = set(self.topo.ancestors(plan.candidates[ci].domain))
                             holders = [t for j, t in conts.items() if coloc.containers[j].domain in ups]
-                            self.model.add(lit <= sum(holders))
+                            self.model.add(lit <= self.vars.copies[(k, pool, i)] * sum(holders))
 
     def _router_inside_container(self) -> None:
         for coloc in self.problem.colocations:
@@ -189,18 +189,18 @@ class PlacementModel:
             return
         rank = LEVEL_RANK[level]
         uses: dict[tuple[int, str], list] = defaultdict(list)
-        for (k, pool, _i), lits in self.vars.choice.items():
-            plan = self.problem.pools[pool]
+        for key, lits in self.vars.choice.items():
+            plan = self.problem.pools[key[1]]
             for ci, lit in lits.items():
-                uses[(k, self._spread_of(plan.candidates[ci].domain, rank))].append(lit)
+                uses[(key[0], self._spread_of(plan.candidates[ci].domain, rank))].append((lit, self.vars.copies[key]))
         for (k, _pool, _i), nodes in self.vars.node_of.items():
             for n, y in nodes.items():
-                uses[(k, self._spread_of(self.topo.node_domain[n], rank))].append(y)
+                uses[(k, self._spread_of(self.topo.node_domain[n], rank))].append((y, 1))
         by_domain: dict[str, list] = defaultdict(list)
         for (k, d), members in sorted(uses.items()):
             u = self.model.new_bool_var(f"spread[{k},{d}]")
-            for lit in members:
-                self.model.add_implication(lit, u)
+            for var, m in members:
+                self.model.add(var <= m * u)
             self.vars.spread[(k, d)] = u
             by_domain[d].append(u)
         for us in by_domain.values():
@@ -220,14 +220,18 @@ class PlacementModel:
         return cp_model.LinearExpr.weighted_sum(list(lits.values()), [plan.candidates[ci].order + 1 for ci in lits])
 
     def _identical_instances_ordered(self) -> None:
-        """Instances of one pool in one replica are interchangeable: order them by domain position."""
+        """Multi-node instances of one pool in one replica are interchangeable: order them by domain position.
+        (Other pools' instances are counted per candidate, so there is nothing to order.)"""
         for k in range(self.problem.replicas):
             for pool, plan in self.problem.pools.items():
+                if not plan.multi_node:
+                    continue  # counted, not told apart
                 for i in range(plan.instances - 1):
                     self.model.add(self._instance_key((k, pool, i)) <= self._instance_key((k, pool, i + 1)))
 
     def _identical_replicas_ordered(self) -> None:
-        """Replicas are interchangeable: order placed replicas by their first instance's domain position."""
+        """Replicas are interchangeable: order placed replicas by a key of the first pool's placement (its
+        first instance's domain position, or for counted instances the sum of their positions)."""
         first = min(self.problem.pools)
         for k in range(self.problem.replicas - 1):
             self.model.add(self._instance_key((k, first, 0)) <= self._instance_key((k + 1, first, 0))).only_enforce_if(

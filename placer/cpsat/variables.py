@@ -1,9 +1,12 @@
 """The decision variables, created only where the cost or feasibility changes.
 
 No boolean per (GPU, instance): GPUs of a node are interchangeable, so an instance that fits on one node
-gets one boolean per candidate node (or socket); an instance that may span nodes gets one boolean per
-candidate domain and draws from that domain's pool, through one integer per (GPU selector, node) shared by
-all spanning instances. Only multi-node instances with a fixed GPUs-per-node get per-node booleans.
+gets one variable per candidate node (or socket); an instance that may span nodes gets one per candidate
+domain and draws from that domain's pool, through one integer per (GPU selector, node) shared by all
+spanning instances. Instances of one pool in one replica are interchangeable too, so they are counted,
+not told apart: one integer per (replica, pool, candidate) — how many of the pool's instances go there —
+under the key (replica, pool, 0). Only multi-node instances with a fixed GPUs-per-node are kept one by one
+(their per-node booleans say which nodes each one takes).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ InstanceKey = tuple[int, str, int]  # (replica, pool, instance)
 @dataclass
 class Variables:
     placed: list[cp_model.IntVar]
-    choice: dict[InstanceKey, dict[int, cp_model.IntVar]]  # candidate index -> literal
+    choice: dict[InstanceKey, dict[int, cp_model.IntVar]]  # candidate index -> instances placed there
+    copies: dict[InstanceKey, int]  # instances a key stands for: the pool's count, or 1 (multi-node)
     node_of: dict[InstanceKey, dict[int, cp_model.IntVar]]  # multi-node: node index -> literal
     pooled: dict[tuple[tuple, int], cp_model.IntVar]  # (selector, node) -> GPUs drawn by spanning instances
     container: dict[tuple[int, str], dict[int, cp_model.IntVar]]  # (replica, colocation) -> container -> lit
@@ -50,14 +54,21 @@ def create_variables(model: cp_model.CpModel, problem: Problem) -> Variables:
     topo = problem.topology
     placed = [model.new_bool_var(f"placed[{k}]") for k in range(problem.replicas)]
     choice: dict = {}
+    copies: dict = {}
     node_of: dict = {}
     for name, plan in problem.pools.items():
         allowed = allowed_candidates(problem, name)
+        keys = range(plan.instances) if plan.multi_node else range(1)
+        m = 1 if plan.multi_node else plan.instances
+        room = {ci: min(m, _room(problem, plan, ci)) for ci in allowed}
         for k in range(problem.replicas):
-            for i in range(plan.instances):
+            for i in keys:
                 key = (k, name, i)
+                copies[key] = m
                 choice[key] = {
-                    ci: model.new_bool_var(f"x[{k},{name},{i},{plan.candidates[ci].domain}]") for ci in allowed
+                    ci: model.new_int_var(0, room[ci], f"x[{k},{name},{i},{plan.candidates[ci].domain}]")
+                    for ci in allowed
+                    if room[ci] > 0
                 }
                 if plan.multi_node:
                     g = plan.gpus_per_node or 0
@@ -88,4 +99,15 @@ def create_variables(model: cp_model.CpModel, problem: Problem) -> Variables:
     if problem.has_router:
         for k in range(problem.replicas):
             router[k] = {n: model.new_bool_var(f"r[{k},{n}]") for n in problem.router_nodes}
-    return Variables(placed, choice, node_of, pooled, container, router)
+    return Variables(placed, choice, copies, node_of, pooled, container, router)
+
+
+def _room(problem: Problem, plan, ci: int) -> int:
+    """How many of the pool's instances a candidate can hold at once: a unit by its free GPUs."""
+    cand = plan.candidates[ci]
+    if cand.kind != "unit":
+        return plan.instances
+    dom = problem.topology.domains[cand.domain]
+    node = problem.topology.nodes[dom.nodes[0]]
+    free = sum(1 for g in node.free_gpus if dom.level != "socket" or node.gpu(g).socket == dom.socket)
+    return free // plan.size
