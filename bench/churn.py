@@ -2,7 +2,7 @@
 DGX H100 cluster, replayed with placer and with each baseline, every arrival placed on the state that the
 earlier ones left.
 
-    python bench/churn.py             # 1,024- and 10,000-GPU clusters: bench/CHURN.md, bench/churn.png (~9 min)
+    python bench/churn.py             # 1,024- and 10,000-GPU clusters: bench/CHURN.md, bench/churn.png (~5-8 min)
     python bench/churn.py --quick     # a 128-GPU cluster, 6 hours: seconds; writes to /tmp/churn-quick/
 
 Phase 1 draws the trace (``generate_trace``). Arrivals are Poisson with a daily cycle (the rate is the mean
