@@ -365,7 +365,7 @@ def placer_policy(options: SolveOptions) -> Callable[[ServingTopology, Topology]
         try:
             pl = solve(build_problem(spec, topo), options)
         except InfeasibleError as exc:
-            return ("timeout" if "not proven" in str(exc) else "infeasible"), None, None
+            return ("infeasible" if exc.proven else "timeout"), None, None
         return pl.stats.status, pl, None
 
     return place
@@ -525,7 +525,7 @@ def run_case(case: Case, seed: int, progress: Callable[[str], None] = lambda _m:
     runs = []
     for policy in case.policies:
         place = (
-            placer_policy(SolveOptions(time_limit_s=case.time_limit_s, workers=1))
+            placer_policy(SolveOptions(time_limit_s=case.time_limit_s, workers=1, explain=False))
             if policy == "placer"
             else baseline_policy(policy)
         )

@@ -21,10 +21,13 @@ class InfeasibleError(PlacerError):
 
     exit_code = 1
 
-    def __init__(self, message: str, reasons: list[str] | None = None, conflicts: list | None = None):
+    def __init__(
+        self, message: str, reasons: list[str] | None = None, conflicts: list | None = None, proven: bool = True
+    ):
         super().__init__(message)
         self.reasons = reasons or []
         self.conflicts = conflicts or []  # placer.conflicts.Conflict, for explain --why-not
+        self.proven = proven  # False: nothing found within the time limit, impossibility not shown
 
 
 class VerificationError(PlacerError):

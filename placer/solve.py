@@ -29,6 +29,7 @@ class SolveOptions:
     workers: int = 1  # one worker is deterministic and, on 2 cores, as fast (bench/NOTES.md)
     seed: int = 0
     log: Callable[[str], None] | None = None  # solver progress lines (stderr in the CLI)
+    explain: bool = True  # on infeasibility, name the conflicting rules (seconds); an admission loop may skip it
 
 
 @dataclass
@@ -68,6 +69,9 @@ def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement
             search(problem, options, deadline) if split is None else solve_by_domain(problem, split, options, deadline)
         )
     except Unplaceable as exc:
+        if not options.explain:
+            what = "no placement satisfies every hard constraint" if exc.proven else "no placement found in time"
+            raise InfeasibleError(what, proven=exc.proven) from None
         raise _infeasible(problem, exc.proven, options.time_limit_s) from None
     notes = list(outcome.notes)
     n = len(outcome.replicas)
@@ -390,7 +394,7 @@ def _infeasible(problem: Problem, proven: bool, time_limit_s: float = 20.0) -> I
 
     if not proven:
         return InfeasibleError(
-            "no placement found within the time limit (not proven impossible); raise --time-limit", []
+            "no placement found within the time limit (not proven impossible); raise --time-limit", [], proven=False
         )
     conflicts = explain_infeasible(problem, seconds=max(5.0, min(30.0, time_limit_s)))
     return InfeasibleError("no placement satisfies every hard constraint", [str(c) for c in conflicts], conflicts)

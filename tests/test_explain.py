@@ -313,3 +313,17 @@ def test_why_not_gpu_selector():
     (c,) = _conflicts(spec)
     assert c.rule == "pools.aggregated.gpu"
     assert "product='NVIDIA-B200'" in c.message
+
+
+def test_infeasible_solve_says_whether_it_is_proven_and_explains_only_when_asked():
+    spec = _spec(
+        f"pools: {{aggregated: {{instances: 2, tensorParallel: 7, gpu: {{product: NVIDIA-H100-80GB-HBM3}}, "
+        f"placement: {{required: node}}, {T}}}}}"
+    )
+    problem = build_problem(spec, build_topology(load_cluster(CLUSTERS / "small-mixed.yaml")))
+    with pytest.raises(InfeasibleError) as explained:
+        solve(problem, SolveOptions(time_limit_s=10))
+    assert explained.value.proven and explained.value.conflicts
+    with pytest.raises(InfeasibleError) as quiet:  # an admission loop's choice: the verdict without the why
+        solve(problem, SolveOptions(time_limit_s=10, explain=False))
+    assert quiet.value.proven and not quiet.value.conflicts and not quiet.value.reasons
