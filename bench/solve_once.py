@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from placer.emit import placement_text, write_atomic
-from placer.errors import PlacerError
+from placer.errors import InfeasibleError, PlacerError
 from placer.pipeline import run_solve
 from placer.solve import SolveOptions
 
@@ -23,6 +23,8 @@ def main() -> None:
         st = result.placement.stats
         out = {"status": st.status, "objective": st.objective, "bound": st.bound, "gap": st.gap}
         out["seconds"] = st.seconds
+    except InfeasibleError as exc:  # proven: no placement exists; else: none found within the limit
+        out = {"status": "infeasible" if exc.proven else "timeout", "seconds": {}}
     except PlacerError as exc:
         out = {"status": type(exc).__name__, "seconds": {}}
     out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
