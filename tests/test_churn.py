@@ -5,31 +5,22 @@ departures give back exactly what arrivals took, and the same seed gives the sam
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
+from placer.solve import SolveOptions
 from placer.verify import check
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # bench/ is scripts, not an installed package: import it as its scripts do
 
+from bench import churn, churn_replay, churn_report, churn_trace, churn_world  # noqa: E402
 
-def _churn():
-    if "bench_churn" in sys.modules:
-        return sys.modules["bench_churn"]
-    spec = importlib.util.spec_from_file_location("bench_churn", ROOT / "bench" / "churn.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_churn"] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
-    return module
-
-
-churn = _churn()
 # Overloaded on purpose (serving alone would want 120 % of the GPUs, at the daily peak) so that some
 # deployments are admitted and some rejected: 10 serving arrivals, 33 background ones after the warm-up.
-PARAMS = churn.TraceParams(
+PARAMS = churn_trace.TraceParams(
     hours=2.0,
     serving_load=1.2,
     peak_hour=1.0,
@@ -46,17 +37,17 @@ def result():
 
 @pytest.fixture(scope="module")
 def shapes():
-    return churn.load_shapes([s for s, _ in PARAMS.shapes])
+    return churn_trace.load_shapes([s for s, _ in PARAMS.shapes])
 
 
 def test_the_trace_is_a_handful_of_events(shapes):
-    trace = churn.generate_trace(PARAMS, 128, shapes, SEED)
+    trace = churn_trace.generate_trace(PARAMS, 128, shapes, SEED)
     serving = [j for j in trace if j.kind == "serving"]
     background = [j for j in trace if j.kind == "background"]
     assert 3 <= len(serving) <= 20 and 10 <= len(background) <= 300
     assert [j.arrive_h for j in trace] == sorted(j.arrive_h for j in trace)
     assert all(0 <= j.arrive_h < PARAMS.hours for j in serving)
-    assert all(-churn.WARMUP_H <= j.arrive_h < PARAMS.hours for j in background)
+    assert all(-churn_trace.WARMUP_H <= j.arrive_h < PARAMS.hours for j in background)
     assert all(j.depart_h > j.arrive_h for j in trace)
     # A serving job asks for its shape's GPUs: llama-70b-disagg is 2 x TP8 + 4 x TP4 = 32.
     assert {j.gpus for j in serving if j.shape == "llama-70b-disagg"} <= {32}
@@ -65,16 +56,16 @@ def test_the_trace_is_a_handful_of_events(shapes):
 
 def test_placer_breaks_no_rule_and_what_it_admits_is_what_the_checker_passed(shapes):
     base = churn.empty_cluster(128, 0)
-    trace = churn.generate_trace(PARAMS, 128, shapes, SEED)
+    trace = churn_trace.generate_trace(PARAMS, 128, shapes, SEED)
     seen = []
-    inner = churn.placer_policy(churn.SolveOptions(time_limit_s=10.0))
+    inner = churn_replay.placer_policy(SolveOptions(time_limit_s=10.0))
 
     def place(spec, topo):
         outcome, pl, rep = inner(spec, topo)
         seen.append((spec, topo, pl))
         return outcome, pl, rep
 
-    run = churn.replay("placer", place, base, trace, shapes, PARAMS.hours)
+    run = churn_replay.replay("placer", place, base, trace, shapes, PARAMS.hours)
     admitted = [d for d in run.decisions if d.admitted]
     assert admitted and len(admitted) < len(run.decisions), "the tiny trace should admit some, reject some"
     assert all(not d.violations for d in admitted)
@@ -92,7 +83,7 @@ def test_placer_breaks_no_rule_and_what_it_admits_is_what_the_checker_passed(sha
                 for p in i.pods:
                     held.setdefault(p.node, []).extend(p.gpus)
         assert {n: sorted(g) for n, g in held.items()} == d.held
-        assert d.gpus == churn.deployment_gpus(spec)
+        assert d.gpus == churn_trace.deployment_gpus(spec)
         assert len(d.allreduce_us) == len(rep.instances)
 
 
@@ -103,7 +94,7 @@ def test_every_policy_admits_only_checked_placements_and_counts_their_violations
                 assert d["gpus"] == 0 and not d["held"]
                 continue
             assert d["units"] is not None and d["allreduce_us"], (run["policy"], d["job"])
-        s = churn.summarize(run)
+        s = churn_report.summarize(run)
         assert s["broke"] == sum(1 for d in run["decisions"] if d["admitted"] and d["violations"])
         if run["policy"] == "placer":
             assert s["broke"] == 0 and s["floor"] == 0 and s["violations"] == 0
@@ -140,7 +131,7 @@ def test_gpus_add_up_at_every_sample(result):
 
 def test_departures_free_exactly_what_arrivals_took():
     base = churn.empty_cluster(128, 0)
-    world = churn.World(base)
+    world = churn_world.World(base)
     before = ([set(f) for f in world.free], list(world.cpu), list(world.mem))
     a = world.background_fit(4)
     assert a is not None and a.gpu_count == 4
@@ -173,12 +164,12 @@ def test_the_same_seed_gives_the_same_numbers(result):
 
 
 def test_another_seed_gives_another_trace(shapes):
-    one, two = (churn.generate_trace(PARAMS, 128, shapes, seed) for seed in (SEED, SEED + 1))
+    one, two = (churn_trace.generate_trace(PARAMS, 128, shapes, seed) for seed in (SEED, SEED + 1))
     assert [j.arrive_h for j in one] != [j.arrive_h for j in two]
 
 
 def test_a_shorter_trace_is_a_prefix_of_a_longer_one(shapes):
     # Times, sizes and lifetimes draw from separate generators: asking for fewer hours keeps what is kept.
-    long = churn.generate_trace(churn.TraceParams(hours=4.0, shapes=PARAMS.shapes), 128, shapes, SEED)
-    short = churn.generate_trace(churn.TraceParams(hours=2.0, shapes=PARAMS.shapes), 128, shapes, SEED)
+    long = churn_trace.generate_trace(churn_trace.TraceParams(hours=4.0, shapes=PARAMS.shapes), 128, shapes, SEED)
+    short = churn_trace.generate_trace(churn_trace.TraceParams(hours=2.0, shapes=PARAMS.shapes), 128, shapes, SEED)
     assert short == [j for j in long if j.arrive_h < 2.0]
