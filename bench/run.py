@@ -274,6 +274,7 @@ def _targets(groups: dict, below_placer: int) -> str:
         "| never worse than a baseline that keeps every hard rule (preferred misses, then cost) "
         f"| {below_placer} run(s) where a baseline was cheaper | {'yes' if below_placer == 0 else 'no'} |"
     )
+    out += ["", "Where a target is missed, bench/NOTES.md (\"Targets missed, and why\") says by how much and why."]
     return "\n".join(out)
 
 
