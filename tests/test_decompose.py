@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from test_solver_properties import cluster_document
 
 from placer.cluster import ClusterSpec
 from placer.decompose import lower_bound, partition, split_of
@@ -106,13 +107,7 @@ def _cluster(draw) -> dict:
                     "kvCacheHit": draw(st.sampled_from([0.0, 0.4])),
                 }
             nodes.append(node)
-    return {
-        "apiVersion": "placer.dev/v1alpha1",
-        "kind": "Cluster",
-        "metadata": {"name": "racks"},
-        "nodes": nodes,
-        "fabric": {"network": {"railsPerNode": draw(st.sampled_from([1, 8]))}},
-    }
+    return cluster_document("racks", nodes, draw(st.sampled_from([1, 8])))
 
 
 @st.composite

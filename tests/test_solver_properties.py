@@ -49,12 +49,17 @@ def clusters(draw, max_nodes: int = 4, max_gpus: int = 4) -> dict:
         if draw(st.booleans()):
             node["metrics"] = {"queueDepth": draw(st.integers(0, 5)), "kvCacheHit": draw(st.sampled_from([0.0, 0.5]))}
         nodes.append(node)
+    return cluster_document("random", nodes, draw(st.sampled_from([1, 8])))
+
+
+def cluster_document(name: str, nodes: list[dict], rails: int) -> dict:
+    """A ``kind: Cluster`` document around generated nodes (shared with test_decompose)."""
     return {
         "apiVersion": "placer.dev/v1alpha1",
         "kind": "Cluster",
-        "metadata": {"name": "random"},
+        "metadata": {"name": name},
         "nodes": nodes,
-        "fabric": {"network": {"railsPerNode": draw(st.sampled_from([1, 8]))}},
+        "fabric": {"network": {"railsPerNode": rails}},
     }
 
 
