@@ -178,7 +178,8 @@ def _results_section(results: list[dict]) -> list[str]:
         "KV transfer: worst prefill → decode pair per admitted replica, one typical prompt. Stranded: free "
         "GPUs no TP group of any shape in the trace could use (bench/run.py's `stranded_gpus`), sampled every "
         "15 min (mean / max over the day). Latency: one arrival's decision (placer: build + solve, and on a "
-        "rejection its explanation; baselines: their run), mean / p99 / max over all serving arrivals.",
+        "rejection, unless explain=False, its explanation; baselines: their run and its check), mean / p99 / max "
+        "over all serving arrivals.",
         "",
         "| cluster | policy | admitted / offered | admitted keeping every rule | broke a rule: which (deployments) "
         "| GPU-hours served | all-reduce / pass mean / p99 | KV transfer mean / p99 | stranded GPUs mean / max "
