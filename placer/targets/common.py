@@ -100,6 +100,19 @@ class Context:
     def replica_domain(self, rep: ReplicaPlacement) -> str:
         return self.nodes_domain([p for i in rep.instances for p in i.pods])
 
+    def gang_name(self, replica: int) -> str:
+        """The replica's gang object name, which every member pod names too."""
+        return f"{self.name}-r{replica}"
+
+    def gang_metadata(self, replica: int, name: str | None = None, extra_labels: dict[str, str] | None = None) -> dict:
+        """Metadata of a replica's gang object (PodGroup, PodCliqueSet): it carries what explain reads back."""
+        return {
+            "name": name or self.gang_name(replica),
+            "namespace": self.namespace,
+            "labels": labels(self.spec, replica, "gang") | (extra_labels or {}),
+            "annotations": self.group_annotations(),
+        }
+
     def group_annotations(self) -> dict[str, str]:
         """What explain needs to read the manifests back without the spec file (on each replica's gang)."""
         return {
@@ -257,7 +270,7 @@ def leader_split(inst: InstancePlacement) -> tuple[int, list[int]] | None:
 def anti_affinity(ctx: Context, replica: int, inst: InstancePlacement) -> dict[str, Any]:
     """At most one pod of this instance per node: with N pods admitted to exactly N nodes, each gets one."""
     match = {
-        "app.kubernetes.io/instance": f"{ctx.name}-r{replica}",
+        "app.kubernetes.io/instance": ctx.gang_name(replica),
         "placer.dev/pool": inst.pool,
         "placer.dev/instance": str(inst.index),
     }

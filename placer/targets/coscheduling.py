@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from placer.placement import ReplicaPlacement
-from placer.targets.common import GROUP_LABEL, Context, engine_pod, labels, replica_pods
+from placer.targets.common import GROUP_LABEL, Context, engine_pod, replica_pods
 from placer.targets.router import router_docs
 
 DESCRIPTION = "kube-scheduler + scheduler-plugins coscheduling PodGroup, bare Pods pinned by node affinity"
@@ -23,12 +23,7 @@ def pod_group(ctx: Context, rep: ReplicaPlacement, members: int | None = None) -
     return {
         "apiVersion": "scheduling.x-k8s.io/v1alpha1",
         "kind": "PodGroup",
-        "metadata": {
-            "name": f"{ctx.name}-r{rep.index}",
-            "namespace": ctx.namespace,
-            "labels": labels(ctx.spec, rep.index, "gang"),
-            "annotations": ctx.group_annotations(),
-        },
+        "metadata": ctx.gang_metadata(rep.index),
         "spec": {
             "minMember": replica_pods(rep) if members is None else members,
             "scheduleTimeoutSeconds": ctx.spec.scheduling.schedule_timeout_seconds,
@@ -40,7 +35,7 @@ def build(ctx: Context) -> list[dict]:
     docs: list[dict] = []
     scheduler = ctx.spec.scheduling.scheduler_name
     for rep in ctx.placement.replicas:
-        group = f"{ctx.name}-r{rep.index}"
+        group = ctx.gang_name(rep.index)
         docs.append(pod_group(ctx, rep))
         for inst in rep.instances:
             for j in range(len(inst.pods)):

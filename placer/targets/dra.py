@@ -69,7 +69,7 @@ def claimed_pod(ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement, j:
     container = engine_container(ctx, inst, None, j, claims=[CLAIM])
     spec = pod_spec(ctx, container, [hostname(ctx.topo, pod.node)], scheduler)
     spec["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": template["metadata"]["name"]}]
-    group = f"{ctx.name}-r{rep.index}"
+    group = ctx.gang_name(rep.index)
     return {
         "apiVersion": "v1",
         "kind": "Pod",

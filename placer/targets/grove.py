@@ -86,7 +86,7 @@ def _instance_cliques(ctx: Context, rep: ReplicaPlacement, inst: InstancePlaceme
 
 
 def pod_clique_set(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
-    name = dns_label(f"{ctx.name}-r{rep.index}", "PodCliqueSet name")
+    name = dns_label(ctx.gang_name(rep.index), "PodCliqueSet name")
     cliques: list[dict[str, Any]] = []
     groups: list[dict[str, Any]] = []
     has_router = ctx.spec.router is not None and rep.router is not None
@@ -144,12 +144,7 @@ def pod_clique_set(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
     return {
         "apiVersion": "grove.io/v1alpha1",
         "kind": "PodCliqueSet",
-        "metadata": {
-            "name": name,
-            "namespace": ctx.namespace,
-            "labels": labels(ctx.spec, rep.index, "gang"),
-            "annotations": ctx.group_annotations(),
-        },
+        "metadata": ctx.gang_metadata(rep.index, name=name),
         "spec": {"replicas": 1, "template": template},
     }
 

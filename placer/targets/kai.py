@@ -19,7 +19,7 @@ from typing import Any
 
 from placer.levels import LEVEL_RANK
 from placer.placement import InstancePlacement, ReplicaPlacement
-from placer.targets.common import HOSTNAME, Context, engine_pod, labels, replica_pods
+from placer.targets.common import HOSTNAME, Context, engine_pod, replica_pods
 from placer.targets.router import router_docs
 
 DESCRIPTION = "KAI-Scheduler PodGroup (v2alpha2) with subgroups per pool/instance and a Topology"
@@ -96,12 +96,7 @@ def pod_group(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
     return {
         "apiVersion": "scheduling.run.ai/v2alpha2",
         "kind": "PodGroup",
-        "metadata": {
-            "name": f"{ctx.name}-r{rep.index}",
-            "namespace": ctx.namespace,
-            "labels": labels(ctx.spec, rep.index, "gang") | {QUEUE_LABEL: ctx.queue(QUEUE)},
-            "annotations": ctx.group_annotations(),
-        },
+        "metadata": ctx.gang_metadata(rep.index, extra_labels={QUEUE_LABEL: ctx.queue(QUEUE)}),
         "spec": spec,
     }
 
@@ -111,7 +106,7 @@ def build(ctx: Context) -> list[dict]:
     scheduler = ctx.scheduler(SCHEDULER)
     queue = {QUEUE_LABEL: ctx.queue(QUEUE)}
     for rep in ctx.placement.replicas:
-        group = f"{ctx.name}-r{rep.index}"
+        group = ctx.gang_name(rep.index)
         docs.append(pod_group(ctx, rep))
         for inst in rep.instances:
             extra = queue | {SUBGROUP_LABEL: subgroup_name(inst)}

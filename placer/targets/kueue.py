@@ -86,7 +86,7 @@ def build(ctx: Context) -> list[dict]:
     scheduler = ctx.scheduler(None)
     queue = ctx.queue(QUEUE)
     for rep in ctx.placement.replicas:
-        group = f"{ctx.name}-r{rep.index}"
+        group = ctx.gang_name(rep.index)
         role_of: dict[tuple[str, int, int], tuple[str, dict[str, str], list[str]]] = {}
         for role, members in roles(rep).items():
             topology = _topology(ctx, rep, members)

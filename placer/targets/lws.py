@@ -59,7 +59,7 @@ def leader_worker_set(
     ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement, group: str, scheduler: str | None
 ) -> dict[str, Any]:
     split = leader_split(inst)
-    name = dns_label(f"{ctx.name}-r{rep.index}-{inst.pool}-{inst.index}", "LeaderWorkerSet name")
+    name = dns_label(f"{ctx.gang_name(rep.index)}-{inst.pool}-{inst.index}", "LeaderWorkerSet name")
     if split is None:
         counts = [len(p.gpus) for p in inst.pods]
         raise InputError(
@@ -94,7 +94,7 @@ def build(ctx: Context) -> list[dict]:
     docs: list[dict] = []
     scheduler = ctx.spec.scheduling.scheduler_name  # the gang is the coscheduling PodGroup
     for rep in ctx.placement.replicas:
-        group = f"{ctx.name}-r{rep.index}"
+        group = ctx.gang_name(rep.index)
         docs.append(coscheduling.pod_group(ctx, rep))
         for inst in rep.instances:
             if len(inst.pods) == 1:

@@ -23,12 +23,12 @@ def router_container(ctx: Context) -> dict[str, Any]:
 
 
 def router_selector(ctx: Context, replica: int) -> dict[str, str]:
-    return {"app.kubernetes.io/instance": f"{ctx.name}-r{replica}", "app.kubernetes.io/component": "router"}
+    return {"app.kubernetes.io/instance": ctx.gang_name(replica), "app.kubernetes.io/component": "router"}
 
 
 def router_service(ctx: Context, replica: int) -> dict[str, Any]:
     assert ctx.spec.router is not None
-    name = f"{ctx.name}-r{replica}-router"
+    name = f"{ctx.gang_name(replica)}-router"
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -44,7 +44,7 @@ def router_docs(ctx: Context, rep: ReplicaPlacement, pod_labels: dict[str, str] 
     """The router's Deployment (pinned to its node, which ``placer.dev/node`` records) and Service."""
     if ctx.spec.router is None or rep.router is None:
         return []
-    name = f"{ctx.name}-r{rep.index}-router"
+    name = f"{ctx.gang_name(rep.index)}-router"
     lab = labels(ctx.spec, rep.index, "router")
     deployment = {
         "apiVersion": "apps/v1",

@@ -21,7 +21,7 @@ from typing import Any
 
 from placer.levels import LEVEL_RANK, LEVELS
 from placer.placement import ReplicaPlacement
-from placer.targets.common import Context, engine_pod, labels, replica_pods
+from placer.targets.common import Context, engine_pod, replica_pods
 from placer.targets.router import router_docs
 
 DESCRIPTION = "Volcano PodGroup (v1beta1) with networkTopology (hard) and subGroupPolicy per pool"
@@ -90,12 +90,7 @@ def pod_group(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
     return {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
         "kind": "PodGroup",
-        "metadata": {
-            "name": f"{ctx.name}-r{rep.index}",
-            "namespace": ctx.namespace,
-            "labels": labels(ctx.spec, rep.index, "gang"),
-            "annotations": ctx.group_annotations(),
-        },
+        "metadata": ctx.gang_metadata(rep.index),
         "spec": spec,
     }
 
@@ -104,7 +99,7 @@ def build(ctx: Context) -> list[dict]:
     docs: list[dict] = []
     scheduler = ctx.scheduler(SCHEDULER)
     for rep in ctx.placement.replicas:
-        group = f"{ctx.name}-r{rep.index}"
+        group = ctx.gang_name(rep.index)
         docs.append(pod_group(ctx, rep))
         for inst in rep.instances:
             for j in range(len(inst.pods)):
