@@ -24,14 +24,17 @@ from typing import TYPE_CHECKING
 
 from placer.levels import LEVEL_RANK
 from placer.placement import ReplicaPlacement
-from placer.problem import Problem
+from placer.problem import Problem, free_in
 from placer.topology import Topology
 
 if TYPE_CHECKING:
     from placer.solve import Outcome, SolveOptions
 
 INFEASIBLE = None  # a (domain, k) entry that has no placement
-MIN_SHARE_S = 0.5  # the least time one domain's model is given when several are still to be solved
+# The least time one domain's model is given when several are still to be solved: an NVL72 rack's model
+# proved in ~20 ms on average here (73 of them in 1.4 s on GB200 10k, before the second lower bound), so
+# 0.5 s leaves a wide margin for a loaded machine while a 10 s limit still covers ~20 domains that hit it.
+MIN_SHARE_S = 0.5
 Value = tuple[int, int]  # (preferred-level misses, cost units): compared lexicographically
 Estimate = Callable[[int, int], "Value | None"]  # (domain index, replicas) -> value or lower bound
 
@@ -73,24 +76,12 @@ def split_of(problem: Problem) -> Split | None:
         return Split(domains, tuple((i,) for i in range(len(domains))), False)
     by_spread: dict[str, list[int]] = {}
     for i, d in enumerate(domains):
-        owner = _spread_domain(topo, d, level)
+        owner = topo.domain_at(d, level)
         if owner is None:
             # The spread level is narrower than the domain: the per-domain model enforces the spread.
             return Split(domains, tuple((i,) for i in range(len(domains))), False)
         by_spread.setdefault(owner, []).append(i)
     return Split(domains, tuple(tuple(g) for g in by_spread.values()), True)
-
-
-def _spread_domain(topo: Topology, dom: str, level: str) -> str | None:
-    """The spread-level domain holding ``dom`` (``dom`` itself when it is at that level or broader would
-    not be a single spread domain, so None unless its level is at or below the spread level)."""
-    if LEVEL_RANK[topo.domains[dom].level] > LEVEL_RANK[level]:
-        return None
-    found = dom
-    for d in topo.ancestors(dom):
-        if LEVEL_RANK[topo.domains[d].level] <= LEVEL_RANK[level]:
-            found = d
-    return found
 
 
 def partition(problem: Problem, split: Split) -> list[Problem]:
@@ -176,7 +167,7 @@ def _bound_per_instance(problem: Problem) -> Value | None:
                 continue
             cheapest = min(tele[n] for n in usable)
             if cand.kind == "unit":
-                free = len(topo.nodes[dom.nodes[0]].free_gpus)
+                free = free_in(topo, dom.nodes[0], dom)
                 options.append(
                     (int(cand.preferred_miss), cand.units + plan.size * tele[dom.nodes[0]], free // plan.size)
                 )

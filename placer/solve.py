@@ -299,7 +299,7 @@ def _hint(pm, problem: Problem, start: list[GreedyReplica]) -> None:
                 for n, _ in g.pods
                 if problem.pools[g.pool].multi_node
             ]
-            used_spread[k] = {pm._spread_of(d, rank) for d in doms}
+            used_spread[k] = {pm.spread_of(d, rank) for d in doms}
         for name, j in rep.containers.items():
             values[v.container[(k, name)][j]] = 1
         if rep.router is not None and k in v.router:

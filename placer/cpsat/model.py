@@ -12,7 +12,7 @@ from ortools.sat.python import cp_model
 
 from placer.cpsat.variables import Variables, create_variables
 from placer.levels import LEVEL_RANK
-from placer.problem import Problem
+from placer.problem import Problem, free_in
 
 
 class PlacementModel:
@@ -93,9 +93,7 @@ class PlacementModel:
             per_unit[self.topo.node_domain[n]].append(p)
         for dom_id, terms in sorted(per_unit.items()):
             dom = self.topo.domains[dom_id]
-            node = self.topo.nodes[dom.nodes[0]]
-            free = len([g for g in node.free_gpus if dom.level != "socket" or node.gpu(g).socket == dom.socket])
-            self.model.add(sum(terms) <= free)
+            self.model.add(sum(terms) <= free_in(self.topo, dom.nodes[0], dom))
 
     def _pooled_supply(self) -> None:
         """Spanning instances placed inside a domain draw their GPUs from that domain's nodes (per selector)."""
@@ -192,10 +190,10 @@ class PlacementModel:
         for key, lits in self.vars.choice.items():
             plan = self.problem.pools[key[1]]
             for ci, lit in lits.items():
-                uses[(key[0], self._spread_of(plan.candidates[ci].domain, rank))].append((lit, self.vars.copies[key]))
+                uses[(key[0], self.spread_of(plan.candidates[ci].domain, rank))].append((lit, self.vars.copies[key]))
         for (k, _pool, _i), nodes in self.vars.node_of.items():
             for n, y in nodes.items():
-                uses[(k, self._spread_of(self.topo.node_domain[n], rank))].append((y, 1))
+                uses[(k, self.spread_of(self.topo.node_domain[n], rank))].append((y, 1))
         by_domain: dict[str, list] = defaultdict(list)
         for (k, d), members in sorted(uses.items()):
             u = self.model.new_bool_var(f"spread[{k},{d}]")
@@ -206,7 +204,7 @@ class PlacementModel:
         for us in by_domain.values():
             self.model.add_at_most_one(us)
 
-    def _spread_of(self, domain: str, rank: int) -> str:
+    def spread_of(self, domain: str, rank: int) -> str:
         best = domain
         for d in self.topo.ancestors(domain):
             if LEVEL_RANK[self.topo.domains[d].level] <= rank:

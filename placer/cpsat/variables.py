@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from placer.levels import LEVEL_RANK
-from placer.problem import Problem
+from placer.problem import Problem, free_in
 
 InstanceKey = tuple[int, str, int]  # (replica, pool, instance)
 
@@ -108,6 +108,4 @@ def _room(problem: Problem, plan, ci: int) -> int:
     if cand.kind != "unit":
         return plan.instances
     dom = problem.topology.domains[cand.domain]
-    node = problem.topology.nodes[dom.nodes[0]]
-    free = sum(1 for g in node.free_gpus if dom.level != "socket" or node.gpu(g).socket == dom.socket)
-    return free // plan.size
+    return free_in(problem.topology, dom.nodes[0], dom) // plan.size
