@@ -14,11 +14,12 @@ when those nodes are alike, which is how racks are built; the checker recomputes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from placer import cost, k8s
 from placer.errors import InputError
 from placer.levels import LEVEL_RANK, LEVEL_WORDS
+from placer.placement import InstancePlacement
 from placer.spec import Pool, ServingTopology
 from placer.topology import Topology
 
@@ -79,6 +80,20 @@ class Colocation:
     rule: str  # plain words, for conflict explanations
 
 
+@dataclass(frozen=True)
+class Kept:
+    """Instances already running (``--keep``, ``placer plan``): ``hard`` pins them to their GPUs; soft ones
+    may move, and the model counts how many stay (plan minimises moves). Keys are (replica, pool, index)."""
+
+    instances: dict[tuple[int, str, int], InstancePlacement]
+    routers: dict[int, str]  # replica -> node name
+    hard: bool = True
+
+    @property
+    def replicas(self) -> set[int]:
+        return {k for k, _p, _i in self.instances} | set(self.routers)
+
+
 @dataclass
 class Problem:
     spec: ServingTopology
@@ -97,10 +112,32 @@ class Problem:
     # Domains priced at a worst case over nodes whose links differ: the model's optimum is then not
     # proven to be the true one, so the solver does not claim "optimal" (docs/DESIGN.md, Exactness).
     unlike_domains: tuple[str, ...] = ()
+    kept: Kept | None = None  # running instances: pinned (hard) or movable at a price (soft)
 
     @property
     def has_router(self) -> bool:
         return self.spec.router is not None
+
+
+def with_kept(problem: Problem, kept: Kept) -> Problem:
+    """The problem with running instances attached; their routers' nodes stay router candidates even where
+    the pruning in _router_candidates dropped them."""
+    topo = problem.topology
+    routers = {topo.node_by_name(n).index for n in kept.routers.values()}
+    nodes = tuple(sorted(set(problem.router_nodes) | routers, key=lambda i: topo.order[topo.node_domain[i]]))
+    return replace(problem, kept=kept, router_nodes=nodes)
+
+
+def kept_candidate(problem: Problem, inst: InstancePlacement) -> int | None:
+    """The candidate a running instance occupies: its recorded domain when that is a candidate, else the
+    narrowest candidate domain holding all its GPUs (records read back from Grove carry no domain)."""
+    plan = problem.pools[inst.pool]
+    by_domain = {c.domain: ci for ci, c in enumerate(plan.candidates)}
+    if inst.domain in by_domain:
+        return by_domain[inst.domain]
+    topo = problem.topology
+    doms = [topo.gpu_domain(topo.node_by_name(p.node).index, g) for p in inst.pods for g in p.gpus]
+    return next((by_domain[d] for d in topo.ancestors(topo.lowest_common(doms)) if d in by_domain), None)
 
 
 def eligible_nodes(topo: Topology, pool: Pool) -> frozenset[int]:

@@ -7,28 +7,47 @@ GPUs), so the per-node split of spanning instances can be decided after solving 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
 from placer.cpsat.variables import Variables, create_variables
 from placer.levels import LEVEL_RANK
-from placer.problem import Problem, free_in
+from placer.errors import InfeasibleError
+from placer.problem import Problem, free_in, kept_candidate
+
+
+@dataclass
+class Capacity:
+    """What one problem's choices demand of the shared hardware: GPU terms per unit (node or socket) and per
+    domain, CPU and memory terms per node. Kept apart from the model so several problems placed jointly
+    (placer.fleet) share one set of capacity constraints."""
+
+    unit: dict[str, list] = field(default_factory=lambda: defaultdict(list))
+    inside: dict[str, list] = field(default_factory=lambda: defaultdict(list))
+    cpu: dict[int, list] = field(default_factory=lambda: defaultdict(list))
+    memory: dict[int, list] = field(default_factory=lambda: defaultdict(list))
 
 
 class PlacementModel:
-    def __init__(self, problem: Problem):
+    """One problem's variables and constraints. ``model`` and ``joint`` let placer.fleet put several
+    problems in one CpModel: the capacity terms are then posted once for all of them (post_capacity), and
+    with ``optional`` the deployment may be left out whole (``admitted``) instead of being required."""
+
+    def __init__(
+        self, problem: Problem, model: cp_model.CpModel | None = None, joint: bool = False, optional: bool = False
+    ):
         self.problem = problem
         self.topo = problem.topology
-        self.model = cp_model.CpModel()
+        self.model = model if model is not None else cp_model.CpModel()
         self.vars: Variables = create_variables(self.model, problem)
-        # Demand by domain: (literal, GPUs) of every choice whose domain lies inside it, built once.
-        self._inside: dict[str, list[tuple[cp_model.IntVar, int]]] = defaultdict(list)
-        for (_k, pool, _i), lits in self.vars.choice.items():
-            plan = problem.pools[pool]
-            for ci, lit in lits.items():
-                for d in self.topo.ancestors(plan.candidates[ci].domain):
-                    self._inside[d].append((lit, plan.size))
+        self.admitted: cp_model.IntVar | None = self.model.new_bool_var("admitted") if optional else None
+        self.stays: list = []  # soft-kept instances still where they run (placer.plan maximises them)
+        self.kept_count = 0
+        self.capacity = Capacity()
         self.add_constraints()
+        if not joint:
+            post_capacity(self.model, self.topo, [self.capacity])
 
     def add_constraints(self) -> None:
         self._replica_all_or_nothing()
@@ -41,6 +60,7 @@ class PlacementModel:
         self._colocation_inside_container()
         self._router_inside_container()
         self._replicas_spread()
+        self._kept_instances()
         self._identical_instances_ordered()
         self._identical_replicas_ordered()
 
@@ -57,7 +77,13 @@ class PlacementModel:
 
     def _replicas_between_min_and_max(self) -> None:
         placed = self.vars.placed
-        self.model.add(sum(placed) >= self.problem.min_replicas)
+        if self.admitted is None:
+            self.model.add(sum(placed) >= self.problem.min_replicas)
+        else:  # admitted: at least minReplicas; left out: none at all
+            for k, lit in enumerate(placed):
+                self.model.add(lit == self.admitted) if k < self.problem.min_replicas else self.model.add(
+                    lit <= self.admitted
+                )
         for a, b in zip(placed, placed[1:], strict=False):
             self.model.add_implication(b, a)  # replicas are identical: fill them in order
 
@@ -91,9 +117,8 @@ class PlacementModel:
                 per_unit[self.topo.node_domain[n]].append(g * y)
         for (_sel, n), p in self.vars.pooled.items():
             per_unit[self.topo.node_domain[n]].append(p)
-        for dom_id, terms in sorted(per_unit.items()):
-            dom = self.topo.domains[dom_id]
-            self.model.add(sum(terms) <= free_in(self.topo, dom.nodes[0], dom))
+        for dom_id, terms in per_unit.items():
+            self.capacity.unit[dom_id] += terms
 
     def _pooled_supply(self) -> None:
         """Spanning instances placed inside a domain draw their GPUs from that domain's nodes (per selector)."""
@@ -120,12 +145,15 @@ class PlacementModel:
 
     def _domain_capacity_redundant(self) -> None:
         """Redundant: all instances placed inside a domain need at most its free GPUs (tightens the bound)."""
-        for d, terms in self._inside.items():
-            dom = self.topo.domains[d]
-            if dom.level in ("node", "socket"):
-                continue
-            free = sum(len(self.topo.nodes[n].free_gpus) for n in dom.nodes)
-            self.model.add(sum(size * lit for lit, size in terms) <= free)
+        inside: dict[str, list] = defaultdict(list)
+        for (_k, pool, _i), lits in self.vars.choice.items():
+            plan = self.problem.pools[pool]
+            for ci, lit in lits.items():
+                for d in self.topo.ancestors(plan.candidates[ci].domain):
+                    if self.topo.domains[d].level not in ("node", "socket"):
+                        inside[d].append(plan.size * lit)
+        for d, terms in inside.items():
+            self.capacity.inside[d] += terms
 
     def _node_cpu_memory(self) -> None:
         """Pods pinned to a node by the model (whole-node instances, multi-node pods, routers) fit its CPU and
@@ -149,10 +177,9 @@ class PlacementModel:
             for n, r in lits.items():
                 cpu[n].append(self.problem.router_cpu_m * r)
                 mem[n].append(self.problem.router_memory_bytes * r)
-        for n in sorted(set(cpu)):
-            node = self.topo.nodes[n]
-            self.model.add(sum(cpu[n]) <= node.cpu_free_m)
-            self.model.add(sum(mem[n]) <= node.memory_free_bytes)
+        for n in cpu:
+            self.capacity.cpu[n] += cpu[n]
+            self.capacity.memory[n] += mem[n]
 
     # --- replica-level rules --------------------------------------------------------------------------
     def _colocation_inside_container(self) -> None:
@@ -211,7 +238,70 @@ class PlacementModel:
                 best = d
         return best
 
+    # --- what already runs ---------------------------------------------------------------------------
+    def _kept_instances(self) -> None:
+        """Running instances (problem.kept) keep their replica placed. Hard: each stays on its candidate
+        and nodes (the decoder gives it back its own GPUs). Soft: ``stays`` counts those still in place."""
+        kept = self.problem.kept
+        if kept is None:
+            return
+        v, hard = self.vars, kept.hard
+        for k in sorted(kept.replicas):
+            self.model.add(v.placed[k] == 1)
+        counted: dict[tuple, int] = defaultdict(int)
+        drawn: dict[tuple, int] = defaultdict(int)
+        for (k, pool, i), inst in sorted(kept.instances.items()):
+            plan = self.problem.pools[pool]
+            ci = kept_candidate(self.problem, inst)
+            key = (k, pool, i) if plan.multi_node else (k, pool, 0)
+            lits = v.choice[key]
+            if ci is None or ci not in lits:
+                raise InfeasibleError(
+                    f"running {pool}-{i} of replica {k} ({_pods_text(inst)}) breaks the spec's placement rules "
+                    "where it is: it cannot be kept",
+                    proven=True,
+                )
+            if not plan.multi_node:
+                counted[(key, ci)] += 1
+                if plan.candidates[ci].kind == "pooled":
+                    for pod in inst.pods:
+                        drawn[(plan.selector, self.topo.node_by_name(pod.node).index)] += len(pod.gpus)
+                continue
+            nodes = [v.node_of[key].get(self.topo.node_by_name(p.node).index) for p in inst.pods]
+            if any(y is None for y in nodes):
+                raise InfeasibleError(f"running {pool}-{i} of replica {k} cannot be kept: a node is not eligible")
+            if hard:
+                self.model.add(lits[ci] == 1)
+                for y in nodes:
+                    self.model.add(y == 1)
+            else:
+                stay = self.model.new_bool_var(f"stay[{k},{pool},{i}]")
+                for lit in [lits[ci], *nodes]:
+                    self.model.add_implication(stay, lit)
+                self.stays.append(stay)
+        for (key, ci), count in sorted(counted.items()):
+            if hard:
+                self.model.add(v.choice[key][ci] >= count)
+            else:
+                stay_count = self.model.new_int_var(0, count, f"stay[{key},{ci}]")
+                self.model.add(stay_count <= v.choice[key][ci])
+                self.stays.append(stay_count)
+        if hard:
+            for sel_node, gpus in sorted(drawn.items()):
+                self.model.add(v.pooled[sel_node] >= gpus)
+        for k, name in sorted(kept.routers.items()):
+            r = v.router[k][self.topo.node_by_name(name).index]
+            self.model.add(r == 1) if hard else self.stays.append(r)
+        self.kept_count = len(kept.instances) + len(kept.routers)
+
+    def moves_expr(self) -> cp_model.LinearExpr:
+        """Soft-kept instances and routers that would leave where they run."""
+        return self.kept_count - cp_model.LinearExpr.sum(self.stays)
+
     # --- symmetry -------------------------------------------------------------------------------------
+    def _kept(self, key) -> bool:
+        return self.problem.kept is not None and key in self.problem.kept.instances
+
     def _instance_key(self, key) -> cp_model.LinearExpr:
         plan = self.problem.pools[key[1]]
         lits = self.vars.choice[key]
@@ -225,13 +315,18 @@ class PlacementModel:
                 if not plan.multi_node:
                     continue  # counted, not told apart
                 for i in range(plan.instances - 1):
+                    if self._kept((k, pool, i)) or self._kept((k, pool, i + 1)):
+                        continue
                     self.model.add(self._instance_key((k, pool, i)) <= self._instance_key((k, pool, i + 1)))
 
     def _identical_replicas_ordered(self) -> None:
         """Replicas are interchangeable: order placed replicas by a key of the first pool's placement (its
         first instance's domain position, or for counted instances the sum of their positions)."""
         first = min(self.problem.pools)
+        kept = self.problem.kept.replicas if self.problem.kept else set()
         for k in range(self.problem.replicas - 1):
+            if k in kept or k + 1 in kept:
+                continue
             self.model.add(self._instance_key((k, first, 0)) <= self._instance_key((k + 1, first, 0))).only_enforce_if(
                 self.vars.placed[k + 1]
             )
@@ -268,3 +363,28 @@ class PlacementModel:
             plan = self.problem.pools[pool]
             terms += [lit for ci, lit in lits.items() if plan.candidates[ci].preferred_miss]
         return cp_model.LinearExpr.sum(terms)
+
+
+def post_capacity(model: cp_model.CpModel, topo, demands: list[Capacity]) -> None:
+    """Every unit's and domain's GPUs, and every node's CPU and memory, hold what all problems put there."""
+    unit: dict[str, list] = defaultdict(list)
+    inside: dict[str, list] = defaultdict(list)
+    cpu: dict[int, list] = defaultdict(list)
+    memory: dict[int, list] = defaultdict(list)
+    for c in demands:
+        for target, source in ((unit, c.unit), (inside, c.inside), (cpu, c.cpu), (memory, c.memory)):
+            for key, terms in source.items():
+                target[key] += terms
+    for dom_id in sorted(unit):
+        dom = topo.domains[dom_id]
+        model.add(sum(unit[dom_id]) <= free_in(topo, dom.nodes[0], dom))
+    for d in sorted(inside):
+        model.add(sum(inside[d]) <= sum(len(topo.nodes[n].free_gpus) for n in topo.domains[d].nodes))
+    for n in sorted(cpu):
+        node = topo.nodes[n]
+        model.add(sum(cpu[n]) <= node.cpu_free_m)
+        model.add(sum(memory[n]) <= node.memory_free_bytes)
+
+
+def _pods_text(inst) -> str:
+    return "; ".join(f"{p.node}:{','.join(map(str, p.gpus))}" for p in inst.pods)
