@@ -55,6 +55,8 @@ def split_of(problem: Problem) -> Split | None:
 
     It applies when one replica-level rule (colocation) covers every pool, at least two disjoint domains
     satisfy it, and every other rule (the router's included) can only be met inside one of those."""
+    if problem.kept is not None:
+        return None  # running instances tie replicas to where they are; one model handles them
     topo = problem.topology
     envelope = next((c for c in problem.colocations if set(c.pools) == set(problem.pools)), None)
     if envelope is None:

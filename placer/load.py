@@ -177,6 +177,25 @@ def load_spec(path: Path) -> ServingTopology:
     return load_model(path, ServingTopology)
 
 
+def load_specs(path: Path) -> list[tuple[ServingTopology, str]]:
+    """Every spec a path gives: a file of one or more YAML documents, or a directory of them (``*.yaml``,
+    ``*.yml``, in name order). Each comes with its source for messages: ``file`` or ``file#2`` (document 2)."""
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+        if not files:
+            raise InputError(f"{path}: directory holds no .yaml or .yml spec files")
+        return [spec for f in files for spec in load_specs(f)]
+    docs = parse_documents(read_text(path), str(path))
+    if not docs:
+        raise InputError(f"{path}: no YAML document")
+    many = len(docs) > 1
+    out = []
+    for i, doc in enumerate(docs, start=1):
+        source = f"{path}#{i}" if many else str(path)
+        out.append((validate_document(doc, source, ServingTopology), source))
+    return out
+
+
 def load_cluster(path: Path) -> ClusterSpec:
     return load_model(path, ClusterSpec)
 

@@ -20,7 +20,7 @@ from placer.errors import InfeasibleError
 from placer.greedy import GreedyReplica, greedy
 from placer.levels import LEVEL_RANK
 from placer.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
-from placer.problem import Candidate, Problem
+from placer.problem import Candidate, Problem, kept_candidate
 
 
 @dataclass(frozen=True)
@@ -107,12 +107,14 @@ def search(problem: Problem, options: SolveOptions, deadline: float) -> Outcome:
     from placer.cpsat.model import PlacementModel
 
     t0 = time.perf_counter()
-    start = greedy(problem)
+    # The greedy knows nothing of running instances; with some kept, the search starts from scratch.
+    start = greedy(problem) if problem.kept is None else []
     t_greedy = time.perf_counter()
     pm = PlacementModel(problem)
     t_build = time.perf_counter()
     model, v = pm.model, pm.vars
-    _hint(pm, problem, start)
+    if start:
+        _hint(pm, problem, start)
     notes: list[str] = []
     best: Outcome | None = greedy_outcome(problem, start) if len(start) >= problem.min_replicas else None
 
@@ -321,16 +323,38 @@ def decode(problem: Problem, solver, pm, n_replicas: int) -> tuple[ReplicaPlacem
     topo = problem.topology
     v = pm.vars
     free = {n.index: list(n.free_gpus) for n in topo.nodes}
+    pods: dict[tuple, list[tuple[int, list[int]]]] = {}
     chosen: dict[tuple, tuple[int, Candidate]] = {}
+    kept_at: dict[tuple, int] = defaultdict(int)  # (replica, pool, candidate) -> kept instances there
+    drawn: dict[tuple, int] = defaultdict(int)  # (selector, node) -> GPUs kept spanning instances hold
+    kept = problem.kept.instances if problem.kept is not None and problem.kept.hard else {}
+    for (k, pool, i), inst in kept.items():  # running instances get their own GPUs back
+        plan = problem.pools[pool]
+        ci = kept_candidate(problem, inst)
+        assert ci is not None, "the model refuses a kept instance without a candidate"
+        chosen[(k, pool, i)] = (ci, plan.candidates[ci])
+        kept_at[(k, pool, ci)] += 1
+        pods[(k, pool, i)] = []
+        for pod in inst.pods:
+            n = topo.node_by_name(pod.node).index
+            free[n] = [g for g in free[n] if g not in pod.gpus]
+            pods[(k, pool, i)].append((n, list(pod.gpus)))
+            if plan.candidates[ci].kind == "pooled":
+                drawn[(plan.selector, n)] += len(pod.gpus)
     for (k, pool, i), lits in v.choice.items():
-        if k >= n_replicas:
+        if k >= n_replicas or (k, pool, i) in kept:
             continue
         plan = problem.pools[pool]
-        # counted instances are numbered in candidate order; multi-node ones are already told apart
-        taken = sorted((plan.candidates[ci].order, ci) for ci, lit in lits.items() for _ in range(solver.value(lit)))
-        for j, (_order, ci) in enumerate(taken):
-            chosen[(k, pool, i + j)] = (ci, plan.candidates[ci])
-    pods: dict[tuple, list[tuple[int, list[int]]]] = {}
+        # counted instances are numbered in candidate order, skipping kept indices; multi-node ones are
+        # already told apart
+        taken = sorted(
+            (plan.candidates[ci].order, ci)
+            for ci, lit in lits.items()
+            for _ in range(solver.value(lit) - (0 if plan.multi_node else kept_at[(k, pool, ci)]))
+        )
+        indices = [i] if plan.multi_node else [j for j in range(plan.instances) if (k, pool, j) not in kept]
+        for j, (_order, ci) in zip(indices, taken, strict=True):
+            chosen[(k, pool, j)] = (ci, plan.candidates[ci])
 
     def take(node: int, count: int, socket: int | None = None) -> list[int]:
         avail = [g for g in free[node] if socket is None or topo.nodes[node].gpu(g).socket == socket]
@@ -344,8 +368,10 @@ def decode(problem: Problem, solver, pm, n_replicas: int) -> tuple[ReplicaPlacem
         kind_rank = {"unit": 0 if cand.level == "socket" else 1, "container": 2, "pooled": 3}[cand.kind]
         return (kind_rank, -topo.domains[cand.domain].depth, cand.order, key)
 
-    supply = {key: solver.value(p) for key, p in v.pooled.items()}
+    supply = {key: solver.value(p) - drawn[key] for key, p in v.pooled.items()}
     for key, (_ci, cand) in sorted(chosen.items(), key=rank):
+        if key in kept:
+            continue
         plan = problem.pools[key[1]]
         dom = topo.domains[cand.domain]
         if cand.kind == "unit":

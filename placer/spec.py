@@ -247,6 +247,13 @@ class Scheduling(_Model):
         description="Pods' schedulerName; when not given, each --target uses its scheduler's own name.",
     )
     schedule_timeout_seconds: int = Field(default=600, ge=1, le=86400)
+    priority: int = Field(
+        default=0,
+        ge=-(10**9),
+        le=10**9,
+        description="When several specs are placed together, higher goes first and is never left out or made "
+        "worse for a lower one (like a PriorityClass value).",
+    )
     queue: str | None = Field(default=None, description="KAI / Volcano queue or Kueue LocalQueue (target default).")
     topology: str | None = Field(
         default=None, description="KAI Topology to reference; placer emits one named placer-<cluster> otherwise."
