@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from placer.errors import InfeasibleError, InputError
@@ -93,7 +94,12 @@ def check_unique(deployments: list[Deployment]) -> None:
         seen[d.key] = d.source
 
 
-def solve_fleet(deployments: list[Deployment], topology: Topology, options: SolveOptions) -> FleetResult:
+def solve_fleet(
+    deployments: list[Deployment],
+    topology: Topology,
+    options: SolveOptions,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> FleetResult:
     """Place every deployment that fits, in placement_order, each on what the earlier ones left."""
     check_unique(deployments)
     t0 = time.perf_counter()
@@ -111,9 +117,11 @@ def solve_fleet(deployments: list[Deployment], topology: Topology, options: Solv
         except InfeasibleError as exc:
             budget = min(EXPLAIN_S, max(0.2, (deadline - time.perf_counter()) / (2 * left)))
             unplaced.append(Unplaced(d, _reasons(d, state, exc, placed, budget), exc.proven))
-            continue
-        placed.append(Placed(d, placement, state))
-        state = state.with_usage(*usage(d.spec, state, placement))
+        else:
+            placed.append(Placed(d, placement, state))
+            state = state.with_usage(*usage(d.spec, state, placement))
+        if (i + 1) % 10 == 0 or i + 1 == len(order):
+            progress(f"  {i + 1}/{len(order)} deployments looked at, {len(placed)} placed")
     bound = fleet_bound([(p.deployment.spec, p.placement) for p in placed], topology)
     return FleetResult(placed, unplaced, sum(p.placement.stats.objective or 0 for p in placed), bound,
                        time.perf_counter() - t0)

@@ -132,3 +132,136 @@ def build_inputs(spec_path: Path, spec: ServingTopology, cluster_path: Path, clu
         return topo, build_problem(spec, topo)
     except InputError as exc:
         raise locate(spec_path, exc) from None
+
+
+@dataclass
+class FleetSolveResult:
+    """A batch: what was placed (with the checker's report and manifests each) and what was not."""
+
+    fleet: object  # placer.fleet.FleetResult
+    topology: Topology  # the cluster as the solver saw it (kept GPUs free, untouched deployments busy)
+    reports: list[Report]  # per placed deployment, in fleet.placed order
+    manifests: list[dict]  # every placed deployment's objects, in the order the specs were given
+    notes: list[str]
+
+    def yaml(self) -> str:
+        from placer.emit import to_yaml
+
+        return to_yaml(self.manifests)
+
+    def json(self) -> str:
+        from placer.emit import to_json_list
+
+        return to_json_list(self.manifests)
+
+
+def run_fleet(
+    spec_paths: list[Path],
+    cluster_path: Path,
+    options: SolveOptions,
+    keep_paths: list[Path] = [],  # noqa: B006 - read only
+    progress: Callable[[str], None] = lambda _m: None,
+    target: str | None = None,
+    nccl: bool | None = None,
+    namespace: str | None = None,
+) -> FleetSolveResult:
+    """Several specs (files, multi-document files, directories) and what already runs (``keep_paths``)
+    placed on one cluster: load -> topology -> keep -> fleet solve -> verify all together -> emit."""
+    from placer.emit import build_manifests
+    from placer.errors import InputError
+    from placer.fleet import Deployment, check_unique, solve_fleet
+    from placer.keep import load_running, plan_keep
+    from placer.load import load_cluster, load_specs, locate
+    from placer.targets import DEFAULT_TARGET
+    from placer.topology import build_topology
+
+    given = [item for p in spec_paths for item in load_specs(p)]
+    if namespace is not None:
+        given = [
+            (s.model_copy(update={"metadata": s.metadata.model_copy(update={"namespace": namespace})}), src)
+            for s, src in given
+        ]
+    cluster = load_cluster(cluster_path)
+    try:
+        topo = build_topology(cluster)
+    except InputError as exc:
+        raise locate(cluster_path, exc) from None
+    notes: list[str] = []
+    kept: dict = {}
+    base = topo
+    if keep_paths:
+        plan = plan_keep(load_running(keep_paths), [s for s, _ in given], topo)
+        base, kept = plan.topology, plan.kept
+        notes += [f"{key}: not kept (no longer in the spec): {', '.join(v)}" for key, v in plan.dropped.items()]
+        notes += [f"{r.key}: running, not given as a spec: left as it is" for r in plan.untouched]
+    deployments = [Deployment(s, src, kept.get(f"{s.metadata.namespace}/{s.metadata.name}")) for s, src in given]
+    check_unique(deployments)
+    for d in deployments:  # input errors first, attributed to their file, before any solving
+        _check_buildable(d, base)
+    progress(
+        f"cluster {topo.name}: {len(topo.nodes)} nodes, {sum(len(n.free_gpus) for n in base.nodes)} free GPUs; "
+        f"placing {len(deployments)} deployment(s)"
+        + (f", {sum(1 for d in deployments if d.kept)} with running instances kept" if keep_paths else "")
+        + "..."
+    )
+    result = solve_fleet(deployments, base, options, progress=progress)
+    reports = verify_fleet(base, [(p.deployment.spec, p.placement) for p in result.placed])
+    by_key = {p.deployment.key: (p, r) for p, r in zip(result.placed, reports, strict=True)}
+    manifests: list[dict] = []
+    for d in deployments:
+        if d.key in by_key:
+            p, report = by_key[d.key]
+            manifests += build_manifests(
+                d.spec, base, p.placement, report, target=target or DEFAULT_TARGET, nccl=nccl
+            )
+    return FleetSolveResult(result, base, reports, manifests, notes)
+
+
+def _check_buildable(d, topo: Topology) -> None:
+    from placer.errors import InfeasibleError, InputError
+    from placer.problem import build_problem
+
+    try:
+        build_problem(d.spec, topo)
+    except InfeasibleError:
+        pass  # not an input error: the fleet reports it as not placed
+    except InputError as exc:
+        raise InputError(f"{d.source}: {exc}") from None
+
+
+def verify_fleet(topo: Topology, placed: list[tuple[ServingTopology, Placement]]) -> list[Report]:
+    """The checker on every placement with every other one's GPUs, CPU and memory taken: together they
+    double-book nothing and each keeps every rule. Order-free, so it does not trust the solve order."""
+    from collections import defaultdict
+
+    from placer.fleet import usage
+
+    claims: dict[tuple[str, int], str] = {}
+    for spec, pl in placed:
+        for rep in pl.replicas:
+            for inst in rep.instances:
+                for pod in inst.pods:
+                    for g in pod.gpus:
+                        owner = claims.setdefault((pod.node, g), pl.deployment)
+                        if owner != pl.deployment:
+                            raise VerificationError(
+                                f"the independent checker rejected the batch (a bug in placer; nothing was printed): "
+                                f"GPU {g} of {pod.node} is given to both {owner} and {pl.deployment}"
+                            )
+    taken = [usage(spec, topo, pl) for spec, pl in placed]
+    reports = []
+    for i, (spec, pl) in enumerate(placed):
+        gpus: dict[int, list[int]] = defaultdict(list)
+        cpu: dict[int, int] = defaultdict(int)
+        mem: dict[int, int] = defaultdict(int)
+        for j, (g, c, m) in enumerate(taken):
+            if j == i:
+                continue
+            for n, v in g.items():
+                gpus[n] += v
+            for n, v in c.items():
+                cpu[n] += v
+            for n, v in m.items():
+                mem[n] += v
+        reports.append(verify_placement(spec, topo.with_usage(gpus, cpu, mem), pl))
+    return reports

@@ -27,8 +27,22 @@ class Target(StrEnum):
 
 
 def solve_command(
-    spec: Annotated[Path, typer.Argument(help="ServingTopology spec (YAML).")],
-    cluster: Annotated[Path, typer.Argument(help="Cluster file (YAML).")],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="SPEC... CLUSTER: one or more ServingTopology specs (files, multi-document files or directories), "
+            "then the cluster file.",
+            show_default=False,
+        ),
+    ],
+    keep: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--keep",
+            help="What already runs (placement records, placer's manifests, or kubectl get pods -A -o json): "
+            "its instances stay where they are; only new ones are placed. Repeatable.",
+        ),
+    ] = None,
     placement: Annotated[
         Path | None, typer.Option("--placement", help="Also write the placement record (.json or .yaml).")
     ] = None,
@@ -81,9 +95,16 @@ def solve_command(
 ) -> None:
     """Solve for an atomic, cost-minimal placement and print Kubernetes manifests.
 
+    With several specs, each deployment is placed whole or not at all, higher scheduling.priority first;
+    the placed ones are printed and the exit code is 1 if any was left out (stderr says why).
+
     Examples:
 
       placer solve spec.yaml cluster.yaml | kubectl apply -f -
+
+      placer solve specs/ cluster.yaml --placement running.yaml | kubectl apply -f -
+
+      placer solve specs/ cluster.yaml --keep running.yaml    # scale out: move nothing that runs
 
       placer solve spec.yaml cluster.yaml --target kai -n serving | kubectl apply -f -
 
@@ -103,11 +124,20 @@ def solve_command(
         except ValueError as exc:
             raise InputError(str(exc)) from None
     say = (lambda _m: None) if quiet else (lambda m: print(m, file=sys.stderr))
+    if len(paths) < 2:
+        raise InputError("give at least one spec and then the cluster file: placer solve SPEC... CLUSTER")
+    *specs, cluster = paths
+    options = SolveOptions(time_limit_s=time_limit, workers=workers, log=stderr_log if verbose else None)
+    if keep or len(specs) > 1 or specs[0].is_dir() or _documents(specs[0]) > 1:
+        _solve_fleet(specs, cluster, options, keep or [], placement, output, target.value, nccl, namespace,
+                     dry_run, quiet, say)
+        return
+    spec = specs[0]
     t0 = time.perf_counter()
     result = run_solve(
         spec,
         cluster,
-        SolveOptions(time_limit_s=time_limit, workers=workers, log=stderr_log if verbose else None),
+        options,
         progress=say,
         target=target.value,
         nccl=nccl,
@@ -141,3 +171,39 @@ def _print_plan(result, target: str, nccl: bool | None) -> None:
     view = render_plan(ex, result.spec, result.topology, result.placement, target, result.manifests, with_nccl)
     tty = sys.stdout.isatty()
     Console(file=sys.stdout, width=None if tty else 160, highlight=False, no_color=not tty).print(view)
+
+
+def _documents(path: Path) -> int:
+    from placer.load import parse_documents, read_text
+
+    return len(parse_documents(read_text(path), str(path)))
+
+
+def _solve_fleet(specs, cluster, options, keep, placement, output, target, nccl, namespace, dry_run, quiet, say):
+    """Several deployments and/or --keep: the placed ones on stdout, a table of all of them on stderr."""
+    from placer.emit import write_atomic
+    from placer.fleet_view import fleet_table
+    from placer.keep import records_text
+    from placer.pipeline import run_fleet
+
+    t0 = time.perf_counter()
+    res = run_fleet(specs, cluster, options, keep, progress=say, target=target, nccl=nccl, namespace=namespace)
+    table = fleet_table(res, time.perf_counter() - t0)
+    if dry_run:
+        _console(sys.stdout).print(table)
+    else:
+        if placement is not None:
+            write_atomic(placement, records_text([(p.deployment.spec, p.placement) for p in res.fleet.placed]))
+        sys.stdout.write(res.json() if output is OutputFormat.json else res.yaml())
+        sys.stdout.flush()
+        if not quiet:
+            _console(sys.stderr).print(table)
+    if res.fleet.unplaced:
+        raise typer.Exit(1)
+
+
+def _console(stream):
+    from rich.console import Console
+
+    tty = stream.isatty()
+    return Console(file=stream, width=None if tty else 160, highlight=False, no_color=not tty)
