@@ -42,7 +42,9 @@ class PlacementModel:
         self.model = model if model is not None else cp_model.CpModel()
         self.vars: Variables = create_variables(self.model, problem)
         self.admitted: cp_model.IntVar | None = self.model.new_bool_var("admitted") if optional else None
-        self.stays: list = []  # soft-kept instances still where they run (placer.plan maximises them)
+        # Soft-kept instances still where they run (placer.plan maximises them): ("n", key, candidate) ->
+        # how many counted instances stay there, ("m", key) -> a multi-node instance stays, ("r", replica).
+        self.stays: dict[tuple, cp_model.IntVar] = {}
         self.kept_count = 0
         self.capacity = Capacity()
         self.add_constraints()
@@ -278,25 +280,29 @@ class PlacementModel:
                 stay = self.model.new_bool_var(f"stay[{k},{pool},{i}]")
                 for lit in [lits[ci], *nodes]:
                     self.model.add_implication(stay, lit)
-                self.stays.append(stay)
+                self.stays[("m", key)] = stay
         for (key, ci), count in sorted(counted.items()):
             if hard:
                 self.model.add(v.choice[key][ci] >= count)
-            else:
+            elif self.problem.pools[key[1]].candidates[ci].kind == "unit":  # a spanning one may not get its GPUs
+                # back, so it counts as moved
                 stay_count = self.model.new_int_var(0, count, f"stay[{key},{ci}]")
                 self.model.add(stay_count <= v.choice[key][ci])
-                self.stays.append(stay_count)
+                self.stays[("n", key, ci)] = stay_count
         if hard:
             for sel_node, gpus in sorted(drawn.items()):
                 self.model.add(v.pooled[sel_node] >= gpus)
         for k, name in sorted(kept.routers.items()):
             r = v.router[k][self.topo.node_by_name(name).index]
-            self.model.add(r == 1) if hard else self.stays.append(r)
+            if hard:
+                self.model.add(r == 1)
+            else:
+                self.stays[("r", k)] = r
         self.kept_count = len(kept.instances) + len(kept.routers)
 
     def moves_expr(self) -> cp_model.LinearExpr:
         """Soft-kept instances and routers that would leave where they run."""
-        return self.kept_count - cp_model.LinearExpr.sum(self.stays)
+        return self.kept_count - cp_model.LinearExpr.sum(list(self.stays.values()))
 
     # --- symmetry -------------------------------------------------------------------------------------
     def _kept(self, key) -> bool:

@@ -1,0 +1,313 @@
+"""Batch placement (several specs, priorities), --keep (scale out without moving what runs) and
+placer plan (fewest moves), on the bundled fixtures and small hand-made clusters."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from test_cli import run
+
+from placer.errors import InputError
+from placer.fleet import Deployment, solve_fleet
+from placer.keep import load_running, plan_keep
+from placer.load import load_cluster, load_spec, load_specs
+from placer.pipeline import run_fleet, verify_fleet
+from placer.plan import plan
+from placer.solve import SolveOptions
+from placer.topology import build_topology
+
+FIX = Path(__file__).parent.parent / "fixtures"
+DGX = FIX / "clusters" / "dgx-h100-1024.yaml"
+DISAGG = FIX / "specs" / "llama-70b-disagg.yaml"
+OPTS = SolveOptions(time_limit_s=20)
+
+
+def _spec_doc(name: str, tp: int, instances: int, priority: int = 0, replicas: int = 1) -> dict:
+    return {
+        "apiVersion": "placer.dev/v1alpha1",
+        "kind": "ServingTopology",
+        "metadata": {"name": name},
+        "model": {"layers": 4, "hiddenSize": 1024, "kvHeads": 2, "headDim": 64},
+        "pools": {
+            "aggregated": {
+                "instances": instances,
+                "tensorParallel": tp,
+                "placement": {"required": "node"},
+                "template": {"image": "example.com/engine:1", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+            }
+        },
+        "replicas": replicas,
+        "scheduling": {"priority": priority},
+    }
+
+
+def _cluster(tmp_path: Path, busy: dict[str, list[int]]) -> Path:
+    nodes = [{"name": n, "leaf": "l1", "gpus": {"count": 8, "product": "H100", "memoryGiB": 80}, "busy": busy.get(n, [])}
+             for n in ("n1", "n2", "n3")]
+    nodes = [{k: v for k, v in n.items() if v != []} for n in nodes]
+    doc = {"apiVersion": "placer.dev/v1alpha1", "kind": "Cluster", "metadata": {"name": "tiny"}, "nodes": nodes}
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _write_specs(tmp_path: Path, docs: list[dict], name: str = "specs.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+def test_specs_load_from_multi_document_files_and_directories(tmp_path):
+    multi = _write_specs(tmp_path, [_spec_doc("a", 4, 1), _spec_doc("b", 4, 1)])
+    got = load_specs(multi)
+    assert [s.metadata.name for s, _ in got] == ["a", "b"]
+    assert [src for _, src in got] == [f"{multi}#1", f"{multi}#2"]
+    d = tmp_path / "dir"
+    d.mkdir()
+    (d / "2.yaml").write_text(yaml.safe_dump(_spec_doc("z", 4, 1)))
+    (d / "1.yml").write_text(yaml.safe_dump(_spec_doc("y", 4, 1)))
+    (d / "notes.txt").write_text("not a spec")
+    assert [s.metadata.name for s, _ in load_specs(d)] == ["y", "z"]
+    bad = _write_specs(tmp_path, [_spec_doc("a", 4, 1), {**_spec_doc("b", 4, 1), "replicas": 0}], "bad.yaml")
+    with pytest.raises(InputError, match=r"bad\.yaml#2:\d+: replicas"):
+        load_specs(bad)
+
+
+def test_higher_priority_is_placed_even_when_listed_last(tmp_path):
+    # 24 free GPUs: three TP8 instances. Low (2 x TP8) first in the file, high (2 x TP8) last: only one fits
+    # and it must be the high one, placed exactly as if it were alone.
+    cluster = _cluster(tmp_path, {})
+    specs = _write_specs(tmp_path, [_spec_doc("low", 8, 2, priority=0), _spec_doc("high", 8, 2, priority=5)])
+    res = run_fleet([specs], cluster, OPTS)
+    assert [p.deployment.spec.metadata.name for p in res.fleet.placed] == ["high"]
+    assert [u.deployment.spec.metadata.name for u in res.fleet.unplaced] == ["low"]
+    assert res.fleet.unplaced[0].reasons  # says why
+    alone = run_fleet([_write_specs(tmp_path, [_spec_doc("high", 8, 2, priority=5)], "alone.yaml")], cluster, OPTS)
+    assert res.fleet.placed[0].placement.stats.objective == alone.fleet.placed[0].placement.stats.objective
+    # only the placed deployment's objects are emitted
+    names = {m["metadata"]["labels"]["app.kubernetes.io/name"] for m in res.manifests}
+    assert names == {"high"}
+
+
+def test_equal_priority_places_the_larger_first_and_both_when_they_fit(tmp_path):
+    cluster = _cluster(tmp_path, {"n3": [0, 1, 2, 3]})  # 20 free GPUs
+    specs = _write_specs(tmp_path, [_spec_doc("small", 4, 1), _spec_doc("big", 8, 2)])
+    res = run_fleet([specs], cluster, OPTS)
+    assert [p.deployment.spec.metadata.name for p in res.fleet.placed] == ["big", "small"]
+    assert not res.fleet.unplaced
+    # the bound never exceeds the cost; with both deployments alone-optimal on this cluster it is tight
+    assert res.fleet.bound is not None and res.fleet.bound <= res.fleet.cost
+
+
+def test_batch_never_double_books_and_the_checker_sees_a_forged_overlap(tmp_path):
+    cluster = _cluster(tmp_path, {})
+    specs = _write_specs(tmp_path, [_spec_doc("a", 4, 2), _spec_doc("b", 4, 2), _spec_doc("c", 8, 1)])
+    res = run_fleet([specs], cluster, OPTS)
+    used = [(p.node, g) for pl in res.fleet.placed for r in pl.placement.replicas for i in r.instances
+            for p in i.pods for g in p.gpus]
+    assert len(used) == len(set(used)) == 24
+    from placer.errors import VerificationError
+
+    placed = [(p.deployment.spec, p.placement) for p in res.fleet.placed]
+    with pytest.raises(VerificationError, match="given to both"):
+        forged = replace(placed[0][1], deployment=placed[1][1].deployment)
+        verify_fleet(res.topology, [placed[0], (placed[1][0], forged)])
+
+
+def test_fleet_on_the_fixture_cluster_matches_single_solves_when_nothing_competes(tmp_path):
+    topo = build_topology(load_cluster(DGX))
+    spec = load_spec(DISAGG)
+    other = spec.model_copy(update={"metadata": spec.metadata.model_copy(update={"name": "llama-70b-b"})})
+    res = solve_fleet([Deployment(spec, "a"), Deployment(other, "b")], topo, OPTS)
+    assert len(res.placed) == 2
+    costs = [p.placement.stats.objective for p in res.placed]
+    assert costs[0] <= costs[1]  # the second placed on what the first left: never cheaper
+    assert res.bound is not None and res.bound <= res.cost
+
+
+def _replica_bump(tmp_path: Path, replicas: int, decode: int) -> Path:
+    doc = yaml.safe_load(DISAGG.read_text())
+    doc["router"]["near"]["level"] = "leaf"  # a fifth decode instance does not fit the fixture's racks
+    doc["replicas"] = replicas
+    doc["pools"]["decode"]["instances"] = decode
+    path = tmp_path / f"disagg-{replicas}-{decode}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _objects(text: str) -> dict[tuple[str, str], str]:
+    return {(d["kind"], d["metadata"]["name"]): yaml.safe_dump(d) for d in yaml.safe_load_all(text)}
+
+
+@pytest.mark.parametrize("replicas,decode", [(2, 4), (1, 5)])
+def test_keep_scales_out_without_touching_running_pods(tmp_path, replicas, decode):
+    first = run("solve", str(_replica_bump(tmp_path, 1, 4)), str(DGX), "-q")
+    assert first.returncode == 0
+    running = tmp_path / "running.yaml"
+    running.write_text(first.stdout)
+    bigger = _replica_bump(tmp_path, replicas, decode)
+    second = run("solve", str(bigger), str(DGX), "--keep", str(running), "-q")
+    assert second.returncode == 0, second.stderr
+    before, after = _objects(first.stdout), _objects(second.stdout)
+    for key, text in before.items():
+        if key[0] == "Pod":
+            assert after[key] == text or "kv-transfer-us" in _diff_keys(text, after[key]), key
+    new = sorted(k for k in after if k not in before)
+    if replicas == 2:
+        assert all("-r1" in name for _, name in new) and new
+        for key in before:  # a whole new replica: every pod and router object of replica 0 is identical
+            if key[0] != "PodGroup":
+                assert after[key] == before[key], key
+    else:
+        assert ("Pod", "llama-70b-r0-decode-4") in new
+    # the same request again gives the same bytes
+    again = run("solve", str(bigger), str(DGX), "--keep", str(running), "-q")
+    assert again.stdout == second.stdout
+
+
+def _diff_keys(a: str, b: str) -> set[str]:
+    da, db = yaml.safe_load(a), yaml.safe_load(b)
+    ann_a, ann_b = da["metadata"].get("annotations", {}), db["metadata"].get("annotations", {})
+    return {k for k in set(ann_a) | set(ann_b) if ann_a.get(k) != ann_b.get(k)}
+
+
+def test_keep_accepts_placement_records_and_kubectl_pods(tmp_path):
+    record = tmp_path / "record.yaml"
+    first = run("solve", str(DISAGG), str(DGX), "-q", "--placement", str(record))
+    assert first.returncode == 0
+    # kubectl get pods -A -o json: the emitted pods, bound where placer said, with status and extra fields
+    pods = []
+    for d in yaml.safe_load_all(first.stdout):
+        if d["kind"] != "Pod":
+            continue
+        node = d["metadata"]["annotations"]["placer.dev/instance-gpus"].split(":")[0]
+        d["spec"]["nodeName"] = node
+        d["status"] = {"phase": "Running"}
+        pods.append(d)
+    pods.append({"kind": "Pod", "metadata": {"name": "other", "labels": {}}, "spec": {"nodeName": "x"}})
+    pod_list = tmp_path / "pods.json"
+    pod_list.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
+    from_record, from_pods = load_running([record]), load_running([pod_list])
+    assert [r.key for r in from_record] == [r.key for r in from_pods] == ["serving/llama-70b"]
+    assert from_record[0].instances == {
+        k: v for k, v in from_pods[0].instances.items()
+    } or {k: v.pods for k, v in from_record[0].instances.items()} == {k: v.pods for k, v in from_pods[0].instances.items()}
+    bigger = _replica_bump(tmp_path, 2, 4)
+    a = run("solve", str(bigger), str(DGX), "--keep", str(record), "-q")
+    b = run("solve", str(bigger), str(DGX), "--keep", str(pod_list), "-q")
+    assert a.returncode == b.returncode == 0
+    pods_a = {k: v for k, v in _objects(a.stdout).items() if k[0] == "Pod"}
+    pods_b = {k: v for k, v in _objects(b.stdout).items() if k[0] == "Pod"}
+    assert pods_a == pods_b
+
+
+def test_running_deployment_not_given_keeps_its_gpus(tmp_path):
+    cluster = _cluster(tmp_path, {})
+    first = run_fleet([_write_specs(tmp_path, [_spec_doc("old", 8, 2)], "old.yaml")], cluster, OPTS)
+    record = tmp_path / "old-record.yaml"
+    from placer.keep import records_text
+
+    record.write_text(records_text([(p.deployment.spec, p.placement) for p in first.fleet.placed]))
+    new = _write_specs(tmp_path, [_spec_doc("new", 8, 2)], "new.yaml")
+    res = run_fleet([new], cluster, OPTS, keep_paths=[record])
+    assert [u.deployment.spec.metadata.name for u in res.fleet.unplaced] == ["new"]  # only 8 GPUs are left
+    assert any("not given as a spec" in n for n in res.notes)
+
+
+def test_keep_errors_name_the_file(tmp_path):
+    cluster = _cluster(tmp_path, {})
+    record = tmp_path / "r.yaml"
+    first = run("solve", str(DISAGG), str(DGX), "-q", "--placement", str(record))
+    assert first.returncode == 0
+    r = run("solve", str(DISAGG), str(cluster), "--keep", str(record))
+    assert r.returncode == 2 and "r.yaml" in r.stderr and "does not list" in r.stderr
+
+
+def test_plan_moves_the_one_instance_in_the_way(tmp_path):
+    # n1 and n2 whole, n3 half busy. "small" (TP4) runs on n1; "wide" (2 x TP8) needs two whole nodes:
+    # moving small to n3 is the only way, and it is one move.
+    cluster = _cluster(tmp_path, {"n3": [0, 1, 2, 3]})
+    topo = build_topology(load_cluster(cluster))
+    small = _spec_doc("small", 4, 1)
+    record = tmp_path / "small.yaml"
+    first = run_fleet([_write_specs(tmp_path, [small], "s.yaml")], cluster, OPTS)
+    pl = first.fleet.placed[0].placement
+    moved_pl = type(pl)(pl.deployment, pl.namespace, pl.cluster, (
+        type(pl.replicas[0])(0, tuple(
+            type(i)(i.pool, i.index, (type(i.pods[0])("n1", (0, 1, 2, 3)),), "node/n1") for i in pl.replicas[0].instances
+        )),
+    ), pl.stats)
+    from placer.keep import records_text
+
+    record.write_text(records_text([(first.fleet.placed[0].deployment.spec, moved_pl)]))
+    wide = _write_specs(tmp_path, [_spec_doc("wide", 8, 2)], "w.yaml")
+    assert run_fleet([wide], cluster, OPTS, keep_paths=[record]).fleet.unplaced  # does not fit as things stand
+    result = plan(load_running([record]), load_specs(wide), topo, OPTS)
+    assert [(m.deployment, m.what, m.source, m.target.split(":")[0]) for m in result.moves] == [
+        ("default/small", "aggregated-0", "n1:0,1,2,3", "n3")
+    ]
+    assert len(result.placements[1][1].replicas) == 1
+    # CLI: JSON plan on stdout, records of the state after the moves feed --keep
+    after = tmp_path / "after.yaml"
+    r = run("plan", "--from", str(record), str(wide), str(cluster), "--placement", str(after), "-q")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "Plan" and len(doc["moves"]) == 1 and doc["moves"][0]["from"] == "n1:0,1,2,3"
+    assert {x.key for x in load_running([after])} == {"default/small", "default/wide"}
+
+
+def test_plan_says_when_nothing_can_make_room(tmp_path):
+    cluster = _cluster(tmp_path, {})
+    record = tmp_path / "r.yaml"
+    first = run_fleet([_write_specs(tmp_path, [_spec_doc("a", 8, 2)], "a.yaml")], cluster, OPTS)
+    from placer.keep import records_text
+
+    record.write_text(records_text([(p.deployment.spec, p.placement) for p in first.fleet.placed]))
+    huge = _write_specs(tmp_path, [_spec_doc("huge", 8, 2)], "h.yaml")
+    r = run("plan", "--from", str(record), str(huge), str(cluster))
+    assert r.returncode == 1 and "no set of moves" in r.stderr
+
+
+def test_cli_batch_exit_codes_and_stdout(tmp_path):
+    cluster = _cluster(tmp_path, {})
+    fits = _write_specs(tmp_path, [_spec_doc("a", 8, 1), _spec_doc("b", 8, 1)], "fits.yaml")
+    r = run("solve", str(fits), str(cluster))
+    assert r.returncode == 0
+    too_many = _write_specs(tmp_path, [_spec_doc("a", 8, 2), _spec_doc("b", 8, 2)], "many.yaml")
+    r = run("solve", str(too_many), str(cluster), "-q")
+    assert r.returncode == 1
+    assert {d["metadata"]["labels"]["app.kubernetes.io/name"] for d in yaml.safe_load_all(r.stdout)} == {"a"}
+    dup = _write_specs(tmp_path, [_spec_doc("a", 8, 1), _spec_doc("a", 8, 1)], "dup.yaml")
+    r = run("solve", str(dup), str(cluster))
+    assert r.returncode == 2 and "unique" in r.stderr
+    r = run("solve", str(cluster))
+    assert r.returncode == 2
+
+
+def test_plan_keep_releases_kept_gpus_that_the_cluster_lists_busy(tmp_path):
+    # A cluster imported while the deployment ran lists its GPUs busy: --keep must not count them twice.
+    first = run("solve", str(DISAGG), str(DGX), "-q")
+    running = tmp_path / "running.yaml"
+    running.write_text(first.stdout)
+    current = load_running([running])
+    topo = build_topology(load_cluster(DGX))
+    held = {(p.node, g) for i in current[0].instances.values() for p in i.pods for g in p.gpus}
+    busy_doc = yaml.safe_load(DGX.read_text())
+    for node in busy_doc["nodes"]:
+        extra = sorted(g for n, g in held if n == node["name"])
+        if extra:
+            node["busy"] = sorted(set(node.get("busy", [])) | set(extra))
+    busy_cluster = tmp_path / "busy.yaml"
+    busy_cluster.write_text(yaml.safe_dump(busy_doc))
+    plan_a = plan_keep(current, [load_spec(DISAGG)], topo)
+    plan_b = plan_keep(current, [load_spec(DISAGG)], build_topology(load_cluster(busy_cluster)))
+    assert [n.free_gpus for n in plan_a.topology.nodes] == [n.free_gpus for n in plan_b.topology.nodes]
+    r = run("solve", str(DISAGG), str(busy_cluster), "--keep", str(running), "-q")
+    assert r.returncode == 0
+    assert {k: v for k, v in _objects(r.stdout).items() if k[0] == "Pod"} == {
+        k: v for k, v in _objects(first.stdout).items() if k[0] == "Pod"
+    }
