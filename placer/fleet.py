@@ -122,7 +122,14 @@ def solve_fleet(
             state = state.with_usage(*usage(d.spec, state, placement))
         if (i + 1) % 10 == 0 or i + 1 == len(order):
             progress(f"  {i + 1}/{len(order)} deployments looked at, {len(placed)} placed")
-    bound = fleet_bound([(p.deployment.spec, p.placement) for p in placed], topology)
+    pairs = [(p.deployment.spec, p.placement) for p in placed]
+    bound = fleet_bound(pairs, topology)
+    first = placed[0] if placed else None
+    if first is not None and first.topology is topology and first.placement.stats.status == "optimal":
+        # The first one placed saw the whole cluster, so its proven optimum bounds its own share exactly.
+        rest = fleet_bound(pairs[1:], topology)
+        if rest is not None:
+            bound = max(bound or 0, (first.placement.stats.objective or 0) + rest)
     return FleetResult(placed, unplaced, sum(p.placement.stats.objective or 0 for p in placed), bound,
                        time.perf_counter() - t0)
 
@@ -182,15 +189,14 @@ def fleet_bound(placed: list[tuple[ServingTopology, Placement]], topology: Topol
 
     Cost is all-reduce per instance + KV transfer per replica + telemetry per GPU. The first two are at
     least each instance's cheapest candidate and each replica's cheapest container (on the cluster before
-    any of them); the GPUs all of them use are distinct, so their telemetry is at least that of the
-    cheapest free GPUs in that number (per set of objective weights; sets may overlap, which only weakens
-    the bound). Where a deployment has more preferred-level misses than it must, its instances are bounded
+    any of them). Where a deployment has more preferred-level misses than it must, its instances are bounded
     by their cheapest candidate at any level (cost is minimised after misses, so a cheaper arrangement
-    could have more)."""
+    could have more). Telemetry: see _telemetry_bound."""
     from placer.solve import _forced_misses
 
     structural = 0
-    by_weights: dict[tuple[float, float], tuple[set[int], int, Problem]] = {}
+    demand: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # group -> (slot size, GPUs)
+    tele_of: dict[tuple, list[int]] = {}
     for spec, placement in placed:
         try:
             problem = build_problem(spec, topology)
@@ -208,15 +214,45 @@ def fleet_bound(placed: list[tuple[ServingTopology, Placement]], topology: Topol
             meets = [c.units for c in plan.candidates if not c.preferred_miss]
             units = meets if fewest and meets else [c.units for c in plan.candidates]
             structural += n * plan.instances * min(units, default=0)
+            group = (spec.objective.queue_depth, spec.objective.cache_miss, plan.eligible)
+            demand[group].append((_slot(plan), n * plan.instances * plan.size))
+            tele_of[group] = problem.telemetry_units
         for coloc in problem.colocations:
             structural += n * min((c.units for c in coloc.containers), default=0)
-        w = (spec.objective.queue_depth, spec.objective.cache_miss)
-        eligible, gpus, _ = by_weights.get(w, (set(), 0, problem))
-        used = sum(len(p.gpus) for r in placement.replicas for i in r.instances for p in i.pods)
-        by_weights[w] = (eligible | set().union(*(p.eligible for p in problem.pools.values())), gpus + used, problem)
-    telemetry = 0
-    for eligible, need, problem in by_weights.values():
-        tele = problem.telemetry_units
-        cheapest = sorted(tele[n] for n in eligible for _g in topology.nodes[n].free_gpus)
-        telemetry += sum(cheapest[:need])
+    telemetry = sum(_telemetry_bound(topology, group[2], tele_of[group], slots) for group, slots in demand.items())
     return structural + telemetry
+
+
+def _slot(plan) -> int:
+    """The fewest GPUs one node must have free to hold part of an instance of this pool: the whole
+    instance when it may only sit on one node, gpusPerNode for multi-node, 1 when it may span."""
+    if plan.multi_node:
+        return plan.gpus_per_node or 1
+    if all(c.kind == "unit" for c in plan.candidates):
+        return plan.size
+    return 1
+
+
+def _telemetry_bound(topology: Topology, eligible: frozenset[int], tele: list[int], slots: list[tuple[int, int]]) -> int:
+    """Least telemetry for GPUs drawn by these pools, each from nodes with at least its slot free.
+
+    A relaxation of the real assignment (GPUs may be split across nodes fractionally; groups with other
+    selectors or weights are bounded apart, ignoring that they share nodes). The nodes a slot may use are
+    nested (free >= 8 lies inside free >= 4 ...), so serving the largest slot first from its cheapest nodes
+    is optimal for the relaxation: any GPU a smaller slot would rather have, it can also take elsewhere."""
+    free = {n: len(topology.nodes[n].free_gpus) for n in eligible}
+    left = dict(free)
+    total = 0
+    need_by_slot: dict[int, int] = defaultdict(int)
+    for slot, gpus in slots:
+        need_by_slot[slot] += gpus
+    for slot in sorted(need_by_slot, reverse=True):
+        need = need_by_slot[slot]
+        for n in sorted((n for n in eligible if free[n] >= slot), key=lambda n: (tele[n], n)):
+            if need == 0:
+                break
+            take = min(need, left[n])
+            left[n] -= take
+            need -= take
+            total += take * tele[n]
+    return total
