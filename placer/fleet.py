@@ -202,6 +202,8 @@ def fleet_bound(placed: list[tuple[ServingTopology, Placement]], topology: Topol
             problem = build_problem(spec, topology)
         except InfeasibleError:
             return None
+        if problem.unlike_domains:
+            return None  # candidates priced at their slowest node may cost more than the real GPUs
         n = len(placement.replicas)
         misses = 0
         for rep in placement.replicas:
