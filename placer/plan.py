@@ -94,7 +94,7 @@ def plan(
     moves = sum((pm.moves_expr() for pm in pms), start=cp_model.LinearExpr.constant(0))  # type: ignore[arg-type]
     deadline = t0 + options.time_limit_s
     model.minimize(moves)
-    solver, status = _run(model, options, deadline)
+    solver, status = _run(model, options, deadline, want=_want(pending, cut))
     proven = status == cp_model.OPTIMAL
     model.add(moves <= int(round(solver.objective_value)))
     model.clear_objective()
@@ -120,7 +120,14 @@ def plan(
                       "optimal" if proven else "feasible", time.perf_counter() - t0)
 
 
-def _run(model, options: SolveOptions, deadline: float, allow_cut: bool = False):
+def _want(pending, cut: float | None) -> str:
+    parts = ["the pending deployments fit"] if pending else []
+    if cut is not None:
+        parts.append(f"the running deployments' cost drops by {cut:.0%}")
+    return " and ".join(parts)
+
+
+def _run(model, options: SolveOptions, deadline: float, allow_cut: bool = False, want: str = ""):
     from ortools.sat.python import cp_model
 
     solver = cp_model.CpSolver()
@@ -136,8 +143,9 @@ def _run(model, options: SolveOptions, deadline: float, allow_cut: bool = False)
     if allow_cut:
         return None, status
     raise InfeasibleError(
-        "no set of moves makes room: the pending deployments do not fit even with every running instance free "
-        "to move" if status == cp_model.INFEASIBLE else "no plan found within the time limit; raise --time-limit",
+        f"no set of moves makes {want}, even with every running instance free to move"
+        if status == cp_model.INFEASIBLE
+        else "no plan found within the time limit; raise --time-limit",
         proven=status == cp_model.INFEASIBLE,
     )
 

@@ -269,7 +269,7 @@ def test_plan_says_when_nothing_can_make_room(tmp_path):
     record.write_text(records_text([(p.deployment.spec, p.placement) for p in first.fleet.placed]))
     huge = _write_specs(tmp_path, [_spec_doc("huge", 8, 2)], "h.yaml")
     r = run("plan", "--from", str(record), str(huge), str(cluster))
-    assert r.returncode == 1 and "no set of moves" in r.stderr
+    assert r.returncode == 1 and "no set of moves makes the pending deployments fit" in r.stderr
 
 
 def test_cli_batch_exit_codes_and_stdout(tmp_path):
@@ -311,3 +311,25 @@ def test_plan_keep_releases_kept_gpus_that_the_cluster_lists_busy(tmp_path):
     assert {k: v for k, v in _objects(r.stdout).items() if k[0] == "Pod"} == {
         k: v for k, v in _objects(first.stdout).items() if k[0] == "Pod"
     }
+
+
+def test_plan_on_the_fixture_batch_frees_a_leaf_with_one_move(tmp_path):
+    # The README's example: the bundled batch, then five more Llama-70B replicas.
+    running = tmp_path / "running.yaml"
+    batch = run("solve", str(FIX / "specs"), str(DGX), "--placement", str(running), "-q")
+    assert batch.returncode == 1  # llama-70b-large does not fit this cluster
+    doc = yaml.safe_load(DISAGG.read_text())
+    doc["metadata"]["name"] = "llama-70b-p"
+    doc["replicas"] = 5
+    five = tmp_path / "five.yaml"
+    five.write_text(yaml.safe_dump(doc))
+    assert run("solve", str(five), str(DGX), "--keep", str(running), "-q").returncode == 1
+    after = tmp_path / "after.yaml"
+    r = run("plan", "--from", str(running), str(five), str(DGX), "--placement", str(after), "-q")
+    assert r.returncode == 0, r.stderr
+    plan_doc = json.loads(r.stdout)
+    assert [(m["deployment"], m["instance"]) for m in plan_doc["moves"]] == [("default/llama-405b", "aggregated-0")]
+    assert plan_doc["pending"] == [{"deployment": "serving/llama-70b-p", "replicas": 5}]
+    # the state after the moves is a valid --keep input in which everything stays put
+    kept = run("solve", str(five), str(DGX), "--keep", str(after), "-q")
+    assert kept.returncode == 0, kept.stderr
