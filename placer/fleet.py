@@ -16,16 +16,20 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 
 from placer.errors import InfeasibleError, InputError
-from placer.placement import Placement
+from placer.placement import Placement, SolveStats
 from placer.problem import Kept, Problem, build_problem, with_kept
 from placer.solve import SolveOptions, solve
 from placer.spec import ServingTopology
 from placer.topology import Topology
 
-
 EXPLAIN_S = 3.0  # most time spent naming the conflict of one deployment left out
+SEQUENTIAL_SHARE = 0.7  # of the time left per deployment, the rest kept for repairs and explanations
+REPAIR_NEIGHBOURS = 6  # deployments re-arranged with one left out (a joint model of ~7 stays small)
+REPAIR_S = 3.0  # most time one repair may take
+MIN_REPAIR_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -100,28 +104,54 @@ def solve_fleet(
     options: SolveOptions,
     progress: Callable[[str], None] = lambda _m: None,
 ) -> FleetResult:
-    """Place every deployment that fits, in placement_order, each on what the earlier ones left."""
+    """Place every deployment that fits: priority tier by tier, each deployment on what the earlier ones
+    left, then a joint repair for the ones of the tier left out (_repair), before the next tier is looked at."""
     check_unique(deployments)
     t0 = time.perf_counter()
     deadline = t0 + options.time_limit_s
+    order = placement_order(deployments)
     state = topology
     placed: list[Placed] = []
-    unplaced: list[Unplaced] = []
-    order = placement_order(deployments)
-    for i, d in enumerate(order):
-        left = len(order) - i
-        share = max(0.1, (deadline - time.perf_counter()) / left)
-        try:
-            problem = _problem(d, state)
-            placement = solve(problem, replace(options, time_limit_s=share, explain=False))
-        except InfeasibleError as exc:
-            budget = min(EXPLAIN_S, max(0.2, (deadline - time.perf_counter()) / (2 * left)))
-            unplaced.append(Unplaced(d, _reasons(d, state, exc, placed, budget), exc.proven))
-        else:
-            placed.append(Placed(d, placement, state))
-            state = state.with_usage(*usage(d.spec, state, placement))
-        if (i + 1) % 10 == 0 or i + 1 == len(order):
-            progress(f"  {i + 1}/{len(order)} deployments looked at, {len(placed)} placed")
+    failed: list[tuple[Deployment, InfeasibleError, Topology]] = []
+    notes: list[str] = []
+    looked = 0
+    for _priority, group in groupby(order, key=lambda d: d.priority):
+        tier, tier_start = list(group), state
+        tier_placed: list[Placed] = []
+        tier_failed: list[tuple[Deployment, InfeasibleError]] = []
+        for d in tier:
+            # Keep a share of the time for repairs and explanations.
+            share = max(0.1, SEQUENTIAL_SHARE * (deadline - time.perf_counter()) / (len(order) - looked))
+            try:
+                placement = solve(_problem(d, state), replace(options, time_limit_s=share, explain=False))
+            except InfeasibleError as error:
+                tier_failed.append((d, error))
+            else:
+                tier_placed.append(Placed(d, placement, state))
+                state = state.with_usage(*usage(d.spec, state, placement))
+            looked += 1
+            if looked % 10 == 0 or looked == len(order):
+                progress(f"  {looked}/{len(order)} deployments looked at, {len(placed) + len(tier_placed)} placed")
+        for d, why in list(tier_failed):
+            seconds = min(REPAIR_S, (deadline - time.perf_counter()) / 2)
+            if seconds < MIN_REPAIR_S or not why.proven:
+                continue
+            repaired = _repair(d, tier_placed, tier_start, state, options, seconds)
+            if repaired is not None:
+                moved = len(repaired) - len(tier_placed)
+                notes.append(f"{d.key}: placed by re-arranging {moved} deployment(s) of its priority with it")
+                tier_placed = [p for p in tier_placed if p.deployment.key not in {r.deployment.key for r in repaired}]
+                tier_placed += repaired
+                tier_failed.remove((d, why))
+                state = _state_after(tier_start, tier_placed)
+        state = _state_after(tier_start, tier_placed)
+        placed += tier_placed
+        failed += [(d, why, state) for d, why in tier_failed]
+    unplaced = []
+    for i, (d, why, at) in enumerate(failed):
+        budget = min(EXPLAIN_S, max(0.2, (deadline - time.perf_counter()) / (len(failed) - i)))
+        holders = [p for p in placed if p.deployment.priority >= d.priority]
+        unplaced.append(Unplaced(d, _reasons(d, at, why, holders, topology, budget), why.proven))
     pairs = [(p.deployment.spec, p.placement) for p in placed]
     bound = fleet_bound(pairs, topology)
     first = placed[0] if placed else None
@@ -130,8 +160,138 @@ def solve_fleet(
         rest = fleet_bound(pairs[1:], topology)
         if rest is not None:
             bound = max(bound or 0, (first.placement.stats.objective or 0) + rest)
-    return FleetResult(placed, unplaced, sum(p.placement.stats.objective or 0 for p in placed), bound,
-                       time.perf_counter() - t0)
+    cost = sum(p.placement.stats.objective or 0 for p in placed)
+    return FleetResult(placed, unplaced, cost, bound, time.perf_counter() - t0, notes)
+
+
+def _repair(
+    d: Deployment,
+    tier_placed: list[Placed],
+    tier_start: Topology,
+    now: Topology,
+    options: SolveOptions,
+    seconds: float,
+) -> list[Placed] | None:
+    """Place ``d`` together with the deployments of its own priority in its way (_blockers), all
+    re-arranged in one joint model on what the rest left; they keep their replica counts. The tier's placed
+    count comes before its cost, so a higher cost for them is the right trade. The new placements of the
+    group, or None."""
+    from ortools.sat.python import cp_model
+
+    from placer.cpsat.model import PlacementModel, post_capacity
+    from placer.solve import Part, _run_stage, decode_joint
+
+    t0 = time.perf_counter()
+    group = _blockers(d, tier_placed, tier_start, now)
+    if not group:
+        return None
+    residual = tier_start
+    for p in tier_placed:
+        if p not in group:
+            residual = residual.with_usage(*usage(p.deployment.spec, residual, p.placement))
+    try:
+        problems = [_fixed_replicas(_problem(p.deployment, residual), len(p.placement.replicas)) for p in group]
+        problems.append(_problem(d, residual))
+    except InfeasibleError:
+        return None
+    model = cp_model.CpModel()
+    pms = [PlacementModel(pb, model=model, joint=True) for pb in problems]
+    post_capacity(model, residual, [pm.capacity for pm in pms])
+    deadline = t0 + seconds
+    model.minimize(sum(pm.misses_expr() for pm in pms))
+    solver, status = _run_stage(model, options, deadline)
+    if solver is None:
+        return None
+    model.add(sum(pm.misses_expr() for pm in pms) <= int(round(solver.objective_value)))
+    model.clear_objective()
+    model.minimize(sum(pm.cost_expr() for pm in pms))
+    better, _ = _run_stage(model, options, deadline)
+    solver = better or solver
+    parts = [
+        Part(
+            pb, pm, sum(int(solver.value(x)) for x in pm.vars.placed), pb.kept.instances if pb.kept is not None else {}
+        )
+        for pb, pm in zip(problems, pms, strict=True)
+    ]
+    out = []
+    for part, replicas, dep in zip(
+        parts, decode_joint(parts, solver), [*[p.deployment for p in group], d], strict=True
+    ):
+        spec = dep.spec
+        stats = SolveStats(
+            "feasible",
+            objective=int(solver.value(part.pm.cost_expr())),  # type: ignore[attr-defined]
+            notes=["placed jointly with others of its priority"],
+        )
+        out.append(
+            Placed(
+                dep,
+                Placement(
+                    spec.metadata.name, spec.metadata.namespace, tier_start.name, replicas[: part.n_replicas], stats
+                ),
+                residual,
+            )
+        )
+    return out
+
+
+def _blockers(d: Deployment, tier_placed: list[Placed], tier_start: Topology, now: Topology) -> list[Placed]:
+    """The fewest deployments of the tier whose GPUs, if they moved, would leave one of ``d``'s possible
+    homes with room: a container of its widest replica-level rule with room for those pools of a replica,
+    else a candidate of its largest pool with room for one instance. The home with the smallest such set
+    wins, ties to fewer GPUs moved, then canonical order."""
+    try:
+        problem = _problem(d, tier_start)
+    except InfeasibleError:
+        return []
+    widest = max(problem.colocations, key=lambda c: len(c.pools), default=None)
+    if widest is not None:  # a replica's members share one container
+        need = sum(problem.pools[p].size * problem.pools[p].instances for p in widest.pools)
+        homes = [c.domain for c in widest.containers]
+    else:  # no shared container: make room for one instance of the largest pool
+        pool = max(problem.pools.values(), key=lambda p: (p.size, p.name))
+        need = pool.size
+        homes = [c.domain for c in pool.candidates]
+    by_node: dict[int, list[tuple[int, Placed]]] = defaultdict(list)
+    for p in tier_placed:
+        for r in p.placement.replicas:
+            for i in r.instances:
+                for pod in i.pods:
+                    by_node[now.node_by_name(pod.node).index].append((len(pod.gpus), p))
+    best: tuple | None = None
+    for home in homes:
+        nodes = now.domains[home].nodes
+        deficit = need - sum(len(now.nodes[n].free_gpus) for n in nodes)
+        if deficit <= 0:
+            continue  # room already; the rules, not the GPUs, are what fail here
+        held: dict[str, tuple[int, Placed]] = {}
+        for n in nodes:
+            for gpus, p in by_node.get(n, []):
+                held[p.deployment.key] = (held.get(p.deployment.key, (0, p))[0] + gpus, p)
+        chosen: list[Placed] = []
+        freed = 0
+        for gpus, p in sorted(held.values(), key=lambda x: (-x[0], x[1].deployment.key)):
+            if freed >= deficit or len(chosen) == REPAIR_NEIGHBOURS:
+                break
+            chosen.append(p)
+            freed += gpus
+        if freed < deficit:
+            continue
+        score = (len(chosen), freed, now.order[home])
+        if best is None or score < best[0]:
+            best = (score, chosen)
+    return [] if best is None else best[1]
+
+
+def _state_after(start: Topology, placed: list[Placed]) -> Topology:
+    state = start
+    for p in placed:
+        state = state.with_usage(*usage(p.deployment.spec, state, p.placement))
+    return state
+
+
+def _fixed_replicas(problem: Problem, n: int) -> Problem:
+    return replace(problem, replicas=n, min_replicas=n)
 
 
 def _problem(d: Deployment, state: Topology) -> Problem:
@@ -163,9 +323,11 @@ def usage(
     return gpus, cpu, mem
 
 
-def _reasons(d: Deployment, state: Topology, exc: InfeasibleError, placed: list[Placed], seconds: float) -> list[str]:
+def _reasons(
+    d: Deployment, state: Topology, exc: InfeasibleError, holders: list[Placed], topology: Topology, seconds: float
+) -> list[str]:
     """Why a deployment was left out: the rules that cannot all hold on what is free once the deployments
-    placed before it hold their GPUs (placer.conflicts, within ``seconds``), and what those hold."""
+    of its priority or higher hold their GPUs (placer.conflicts, within ``seconds``), and what those hold."""
     from placer.conflicts import explain_infeasible
 
     if not exc.proven:
@@ -175,11 +337,10 @@ def _reasons(d: Deployment, state: Topology, exc: InfeasibleError, placed: list[
     except InfeasibleError as inner:
         return [str(inner), *inner.reasons]
     reasons = [str(c) for c in explain_infeasible(problem, seconds=seconds)] if d.kept is None else [str(exc)]
-    if placed:
-        held = sum(len(n.free_gpus) for n in placed[0].topology.nodes) - sum(len(n.free_gpus) for n in state.nodes)
+    if holders:
+        held = sum(len(n.free_gpus) for n in topology.nodes) - sum(len(n.free_gpus) for n in state.nodes)
         reasons.append(
-            f"on the GPUs left by the {len(placed)} deployment(s) placed before it (higher priority, or larger at "
-            f"equal priority), which hold {held} GPUs"
+            f"on what is left beside the {len(holders)} deployment(s) of its priority or higher, which hold {held} GPUs"
         )
     return reasons or [str(exc)]
 
@@ -235,7 +396,9 @@ def _slot(plan) -> int:
     return 1
 
 
-def _telemetry_bound(topology: Topology, eligible: frozenset[int], tele: list[int], slots: list[tuple[int, int]]) -> int:
+def _telemetry_bound(
+    topology: Topology, eligible: frozenset[int], tele: list[int], slots: list[tuple[int, int]]
+) -> int:
     """Least telemetry for GPUs drawn by these pools, each from nodes with at least its slot free.
 
     A relaxation of the real assignment (GPUs may be split across nodes fractionally; groups with other

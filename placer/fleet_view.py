@@ -11,20 +11,38 @@ def fleet_table(res, wall_s: float) -> Group:
     """``res`` is a pipeline.FleetSolveResult."""
     fleet = res.fleet
     table = Table(title="placer: batch", title_justify="left", show_edge=False, pad_edge=False)
-    for col, justify in (("deployment", "left"), ("priority", "right"), ("replicas", "right"),
-                         ("GPUs", "right"), ("cost units", "right"), ("result", "left")):
+    for col, justify in (
+        ("deployment", "left"),
+        ("priority", "right"),
+        ("replicas", "right"),
+        ("GPUs", "right"),
+        ("cost units", "right"),
+        ("result", "left"),
+    ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for p in fleet.placed:
         spec, pl = p.deployment.spec, p.placement
         gpus = sum(len(pod.gpus) for r in pl.replicas for i in r.instances for pod in i.pods)
         kept = p.deployment.kept
         what = pl.stats.status + (f", {len(kept.instances)} instance(s) kept in place" if kept else "")
-        table.add_row(p.deployment.key, str(p.deployment.priority), f"{len(pl.replicas)}/{spec.replicas}", str(gpus),
-                      str(pl.stats.objective), what)
+        table.add_row(
+            p.deployment.key,
+            str(p.deployment.priority),
+            f"{len(pl.replicas)}/{spec.replicas}",
+            str(gpus),
+            str(pl.stats.objective),
+            what,
+        )
     for u in fleet.unplaced:
         spec = u.deployment.spec
-        table.add_row(u.deployment.key, str(u.deployment.priority), f"0/{spec.replicas}", "0", "-",
-                      "not placed" + ("" if u.proven else " (none found in time)"))
+        table.add_row(
+            u.deployment.key,
+            str(u.deployment.priority),
+            f"0/{spec.replicas}",
+            "0",
+            "-",
+            "not placed" + ("" if u.proven else " (none found in time)"),
+        )
     parts: list = [table]
     for u in fleet.unplaced:
         parts.append(Text(f"{u.deployment.key} ({u.deployment.source}) not placed:"))

@@ -118,8 +118,9 @@ def _from_pods(path: Path, docs: list[dict[str, Any]]) -> list[Running]:
         if not isinstance(gpus, str) or not isinstance(pool, str) or index is None:
             continue
         domain = str(_dict(meta.get("annotations")).get("placer.dev/domain") or "")
-        running.instances[(replica, pool, index)] = InstancePlacement(pool, index, _parse_instance_gpus(path, gpus),
-                                                                      domain)
+        running.instances[(replica, pool, index)] = InstancePlacement(
+            pool, index, _parse_instance_gpus(path, gpus), domain
+        )
     return [out[k] for k in sorted(out)]
 
 
@@ -197,9 +198,7 @@ def plan_keep(running: list[Running], specs: list[ServingTopology], topo: Topolo
         kept[run.key] = Kept(keep, routers)
         if drop:
             dropped[run.key] = drop
-    nodes = [
-        replace(n, busy=n.busy - frozenset(release[n.index])) if n.index in release else n for n in topo.nodes
-    ]
+    nodes = [replace(n, busy=n.busy - frozenset(release[n.index])) if n.index in release else n for n in topo.nodes]
     base = replace(topo, nodes=nodes).with_usage(busy, cpu, mem)
     return KeepPlan(base, kept, dropped, untouched)
 
@@ -209,7 +208,9 @@ def _check_pods(run: Running, pods, topo: Topology) -> None:
         try:
             node = topo.node_by_name(pod.node)
         except KeyError:
-            raise InputError(f"{run.source}: {run.key} runs on node {pod.node!r}, which the cluster file does not list")
+            raise InputError(
+                f"{run.source}: {run.key} runs on node {pod.node!r}, which the cluster file does not list"
+            ) from None
         unknown = sorted(set(pod.gpus) - {g.index for g in node.gpus})
         if unknown:
             raise InputError(f"{run.source}: {run.key} uses GPUs {unknown} of node {pod.node}, which has no such GPUs")
@@ -245,4 +246,3 @@ def records_text(placements: list[tuple[ServingTopology, Placement]]) -> str:
         "---\n" + yaml.dump(p.to_record(spec_record(s)), Dumper=_PlainDumper, sort_keys=True, default_flow_style=False)
         for s, p in placements
     )
-

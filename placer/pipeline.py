@@ -211,9 +211,7 @@ def run_fleet(
     for d in deployments:
         if d.key in by_key:
             p, report = by_key[d.key]
-            manifests += build_manifests(
-                d.spec, base, p.placement, report, target=target or DEFAULT_TARGET, nccl=nccl
-            )
+            manifests += build_manifests(d.spec, base, p.placement, report, target=target or DEFAULT_TARGET, nccl=nccl)
     return FleetSolveResult(result, base, reports, manifests, notes)
 
 
@@ -237,7 +235,7 @@ def verify_fleet(topo: Topology, placed: list[tuple[ServingTopology, Placement]]
     from placer.fleet import usage
 
     claims: dict[tuple[str, int], str] = {}
-    for spec, pl in placed:
+    for _spec, pl in placed:
         for rep in pl.replicas:
             for inst in rep.instances:
                 for pod in inst.pods:
@@ -254,14 +252,14 @@ def verify_fleet(topo: Topology, placed: list[tuple[ServingTopology, Placement]]
         gpus: dict[int, list[int]] = defaultdict(list)
         cpu: dict[int, int] = defaultdict(int)
         mem: dict[int, int] = defaultdict(int)
-        for j, (g, c, m) in enumerate(taken):
+        for j, (g_used, c_used, m_used) in enumerate(taken):
             if j == i:
                 continue
-            for n, v in g.items():
-                gpus[n] += v
-            for n, v in c.items():
-                cpu[n] += v
-            for n, v in m.items():
-                mem[n] += v
+            for n, indices in g_used.items():
+                gpus[n] += indices
+            for n, millis in c_used.items():
+                cpu[n] += millis
+            for n, size in m_used.items():
+                mem[n] += size
         reports.append(verify_placement(spec, topo.with_usage(gpus, cpu, mem), pl))
     return reports

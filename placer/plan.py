@@ -110,14 +110,31 @@ def plan(
     for pm, replicas in zip(pms, decoded, strict=True):
         spec = pm.problem.spec
         n = _placed(solver, pm)
-        after.append((spec, Placement(spec.metadata.name, spec.metadata.namespace, topo.name, replicas[:n],
-                                      SolveStats("optimal" if proven else "feasible"))))
+        after.append(
+            (
+                spec,
+                Placement(
+                    spec.metadata.name,
+                    spec.metadata.namespace,
+                    topo.name,
+                    replicas[:n],
+                    SolveStats("optimal" if proven else "feasible"),
+                ),
+            )
+        )
     reports = verify_fleet(base, after)
     for (_s, pl), rep in zip(after, reports, strict=True):
         pl.stats.objective = rep.total_units
     listed = _moves(base, before, after[: len(running)])
-    return PlanResult(listed, after, cost_before, sum(r.total_units for r in reports), base,
-                      "optimal" if proven else "feasible", time.perf_counter() - t0)
+    return PlanResult(
+        listed,
+        after,
+        cost_before,
+        sum(r.total_units for r in reports),
+        base,
+        "optimal" if proven else "feasible",
+        time.perf_counter() - t0,
+    )
 
 
 def _want(pending, cut: float | None) -> str:
@@ -204,8 +221,17 @@ def _moves(topo: Topology, before, after) -> list[Move]:
                 moved = new_by[(rep.index, inst.pool, inst.index)]
                 if moved.pods != inst.pods:
                     ident = (key, rep.index, inst.pool, inst.index)
-                    out.append(Move(key, rep.index, f"{inst.pool}-{inst.index}", _pods(inst), _pods(moved),
-                                    units_before.get(ident), units_after.get(ident)))
+                    out.append(
+                        Move(
+                            key,
+                            rep.index,
+                            f"{inst.pool}-{inst.index}",
+                            _pods(inst),
+                            _pods(moved),
+                            units_before.get(ident),
+                            units_after.get(ident),
+                        )
+                    )
             new_router = next((r.router for r in new.replicas if r.index == rep.index), None)
             if rep.router is not None and new_router != rep.router:
                 out.append(Move(key, rep.index, "router", rep.router, str(new_router), None, None))
@@ -226,8 +252,9 @@ def _instance_units(topo: Topology, placed, reports) -> dict[tuple, int]:
             tele = 0
             for pod in inst.pods:
                 node = topo.node_by_name(pod.node)
-                tele += len(pod.gpus) * cost.telemetry_per_gpu_units(node.queue_depth, node.kv_cache_hit,
-                                                                     w.queue_depth, w.cache_miss)
+                tele += len(pod.gpus) * cost.telemetry_per_gpu_units(
+                    node.queue_depth, node.kv_cache_hit, w.queue_depth, w.cache_miss
+                )
             out[(key, ic.replica, ic.pool, ic.index)] = ic.units + tele
     return out
 

@@ -387,8 +387,12 @@ def decode_joint(parts: list[Part], solver) -> list[tuple[ReplicaPlacement, ...]
         kind_rank = {"unit": 0 if cand.level == "socket" else 1, "container": 2, "pooled": 3}[cand.kind]
         return (kind_rank, -topo.domains[cand.domain].depth, cand.order, pi, key)
 
-    todo = [(pi, key, cand) for pi in range(len(parts)) for key, (_ci, cand) in chosen[pi].items()
-            if key not in parts[pi].pinned]
+    todo = [
+        (pi, key, cand)
+        for pi in range(len(parts))
+        for key, (_ci, cand) in chosen[pi].items()
+        if key not in parts[pi].pinned
+    ]
     for pi, key, cand in sorted(todo, key=rank):
         part = parts[pi]
         plan = part.problem.pools[key[1]]
@@ -438,6 +442,22 @@ def _replicas(part: Part, solver, pods, chosen) -> tuple[ReplicaPlacement, ...]:
         )
         out.append(ReplicaPlacement(k, instances, router))
     return tuple(out)
+
+
+def _run_stage(model, options: SolveOptions, deadline: float):
+    """One CP-SAT solve of a joint model with placer's parameters; (solver, status), solver None when
+    nothing was found."""
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    p.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
+    p.num_workers = max(1, options.workers)
+    p.random_seed = options.seed
+    p.cp_model_probing_level = 0
+    p.symmetry_level = 0
+    status = solver.solve(model)
+    return (solver if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None), status
 
 
 def _infeasible(problem: Problem, proven: bool, time_limit_s: float = 20.0) -> InfeasibleError:

@@ -18,6 +18,7 @@ from placer.load import load_cluster, load_spec, load_specs
 from placer.pipeline import run_fleet, verify_fleet
 from placer.plan import plan
 from placer.solve import SolveOptions
+from placer.spec import ServingTopology
 from placer.topology import build_topology
 
 FIX = Path(__file__).parent.parent / "fixtures"
@@ -46,8 +47,10 @@ def _spec_doc(name: str, tp: int, instances: int, priority: int = 0, replicas: i
 
 
 def _cluster(tmp_path: Path, busy: dict[str, list[int]]) -> Path:
-    nodes = [{"name": n, "leaf": "l1", "gpus": {"count": 8, "product": "H100", "memoryGiB": 80}, "busy": busy.get(n, [])}
-             for n in ("n1", "n2", "n3")]
+    nodes = [
+        {"name": n, "leaf": "l1", "gpus": {"count": 8, "product": "H100", "memoryGiB": 80}, "busy": busy.get(n, [])}
+        for n in ("n1", "n2", "n3")
+    ]
     nodes = [{k: v for k, v in n.items() if v != []} for n in nodes]
     doc = {"apiVersion": "placer.dev/v1alpha1", "kind": "Cluster", "metadata": {"name": "tiny"}, "nodes": nodes}
     path = tmp_path / "cluster.yaml"
@@ -107,8 +110,14 @@ def test_batch_never_double_books_and_the_checker_sees_a_forged_overlap(tmp_path
     cluster = _cluster(tmp_path, {})
     specs = _write_specs(tmp_path, [_spec_doc("a", 4, 2), _spec_doc("b", 4, 2), _spec_doc("c", 8, 1)])
     res = run_fleet([specs], cluster, OPTS)
-    used = [(p.node, g) for pl in res.fleet.placed for r in pl.placement.replicas for i in r.instances
-            for p in i.pods for g in p.gpus]
+    used = [
+        (p.node, g)
+        for pl in res.fleet.placed
+        for r in pl.placement.replicas
+        for i in r.instances
+        for p in i.pods
+        for g in p.gpus
+    ]
     assert len(used) == len(set(used)) == 24
     from placer.errors import VerificationError
 
@@ -193,9 +202,9 @@ def test_keep_accepts_placement_records_and_kubectl_pods(tmp_path):
     pod_list.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
     from_record, from_pods = load_running([record]), load_running([pod_list])
     assert [r.key for r in from_record] == [r.key for r in from_pods] == ["serving/llama-70b"]
-    assert from_record[0].instances == {
-        k: v for k, v in from_pods[0].instances.items()
-    } or {k: v.pods for k, v in from_record[0].instances.items()} == {k: v.pods for k, v in from_pods[0].instances.items()}
+    assert from_record[0].instances == {k: v for k, v in from_pods[0].instances.items()} or {
+        k: v.pods for k, v in from_record[0].instances.items()
+    } == {k: v.pods for k, v in from_pods[0].instances.items()}
     bigger = _replica_bump(tmp_path, 2, 4)
     a = run("solve", str(bigger), str(DGX), "--keep", str(record), "-q")
     b = run("solve", str(bigger), str(DGX), "--keep", str(pod_list), "-q")
@@ -236,11 +245,21 @@ def test_plan_moves_the_one_instance_in_the_way(tmp_path):
     record = tmp_path / "small.yaml"
     first = run_fleet([_write_specs(tmp_path, [small], "s.yaml")], cluster, OPTS)
     pl = first.fleet.placed[0].placement
-    moved_pl = type(pl)(pl.deployment, pl.namespace, pl.cluster, (
-        type(pl.replicas[0])(0, tuple(
-            type(i)(i.pool, i.index, (type(i.pods[0])("n1", (0, 1, 2, 3)),), "node/n1") for i in pl.replicas[0].instances
-        )),
-    ), pl.stats)
+    moved_pl = type(pl)(
+        pl.deployment,
+        pl.namespace,
+        pl.cluster,
+        (
+            type(pl.replicas[0])(
+                0,
+                tuple(
+                    type(i)(i.pool, i.index, (type(i.pods[0])("n1", (0, 1, 2, 3)),), "node/n1")
+                    for i in pl.replicas[0].instances
+                ),
+            ),
+        ),
+        pl.stats,
+    )
     from placer.keep import records_text
 
     record.write_text(records_text([(first.fleet.placed[0].deployment.spec, moved_pl)]))
@@ -333,3 +352,39 @@ def test_plan_on_the_fixture_batch_frees_a_leaf_with_one_move(tmp_path):
     # the state after the moves is a valid --keep input in which everything stays put
     kept = run("solve", str(five), str(DGX), "--keep", str(after), "-q")
     assert kept.returncode == 0, kept.stderr
+
+
+def test_a_deployment_left_out_one_by_one_is_placed_jointly(tmp_path):
+    # n1 (4 free) and n2 (8 free) report cache hits, so they are cheap; n3 and n4 have 4 free each.
+    # "wide" (3 x TP4, the larger, placed first) alone takes n1 + n2; then "whole" (TP8) has no whole node.
+    # Together: wide on n1, n3, n4 and whole on n2.
+    nodes = []
+    for name, busy, hit in (
+        ("n1", [0, 1, 2, 3], 0.9),
+        ("n2", [], 0.9),
+        ("n3", [0, 1, 2, 3], None),
+        ("n4", [0, 1, 2, 3], None),
+    ):
+        node = {"name": name, "leaf": "l1", "gpus": {"count": 8, "product": "H100", "memoryGiB": 80}}
+        if busy:
+            node["busy"] = busy
+        if hit is not None:
+            node["metrics"] = {"queueDepth": 0, "kvCacheHit": hit}
+        nodes.append(node)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        yaml.safe_dump(
+            {"apiVersion": "placer.dev/v1alpha1", "kind": "Cluster", "metadata": {"name": "tiny"}, "nodes": nodes}
+        )
+    )
+    topo = build_topology(load_cluster(cluster))
+    wide = ServingTopology.model_validate(_spec_doc("wide", 4, 3))
+    whole = ServingTopology.model_validate(_spec_doc("whole", 8, 1))
+    alone = solve_fleet([Deployment(wide, "a")], topo, OPTS)
+    assert {p.node for r in alone.placed[0].placement.replicas for i in r.instances for p in i.pods} == {"n1", "n2"}
+    res = solve_fleet([Deployment(wide, "a"), Deployment(whole, "b")], topo, OPTS)
+    assert not res.unplaced
+    assert any("re-arranging" in n for n in res.notes)
+    by_name = {p.deployment.spec.metadata.name: p.placement for p in res.placed}
+    assert [p.node for r in by_name["whole"].replicas for i in r.instances for p in i.pods] == ["n2"]
+    verify_fleet(topo, [(p.deployment.spec, p.placement) for p in res.placed])

@@ -13,8 +13,10 @@ import typer
 def plan_command(
     paths: Annotated[
         list[Path],
-        typer.Argument(help="[PENDING_SPEC...] CLUSTER: deployments that should fit (optional), then the cluster file.",
-                       show_default=False),
+        typer.Argument(
+            help="[PENDING_SPEC...] CLUSTER: deployments that should fit (optional), then the cluster file.",
+            show_default=False,
+        ),
     ],
     running: Annotated[
         list[Path],
@@ -22,15 +24,21 @@ def plan_command(
     ],
     cut: Annotated[
         float | None,
-        typer.Option("--cut", min=0.0, max=0.99,
-                     help="Also (or instead) cut the running deployments' total cost by this fraction, e.g. 0.05."),
+        typer.Option(
+            "--cut",
+            min=0.0,
+            max=0.99,
+            help="Also (or instead) cut the running deployments' total cost by this fraction, e.g. 0.05.",
+        ),
     ] = None,
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds.")] = 30.0,
     placement: Annotated[
         Path | None,
         typer.Option("--placement", help="Write the placement records of the state after the moves (for --keep)."),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on stderr unless something fails.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print nothing on stderr unless something fails.")
+    ] = False,
 ) -> None:
     """Propose a defragmentation: the fewest instance moves that let PENDING deployments fit (or cut cost).
 
@@ -65,14 +73,23 @@ def plan_command(
         "costBefore": result.cost_before,
         "costAfter": result.cost_after,
         "moves": [
-            {"deployment": m.deployment, "replica": m.replica, "instance": m.what, "from": m.source, "to": m.target,
-             "unitsBefore": m.units_before, "unitsAfter": m.units_after}
+            {
+                "deployment": m.deployment,
+                "replica": m.replica,
+                "instance": m.what,
+                "from": m.source,
+                "to": m.target,
+                "unitsBefore": m.units_before,
+                "unitsAfter": m.units_after,
+            }
             for m in result.moves
         ],
         "pending": [
             {"deployment": f"{s.metadata.namespace}/{s.metadata.name}", "replicas": len(pl.replicas)}
-            for s, pl in result.placements[len(result.placements) - len(pending):]
-        ] if pending else [],
+            for s, pl in result.placements[len(result.placements) - len(pending) :]
+        ]
+        if pending
+        else [],
     }
     if placement is not None:
         from placer.emit import write_atomic
@@ -87,17 +104,31 @@ def _table(result) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"placer plan: {len(result.moves)} move(s), {result.status}", title_justify="left",
-                  show_edge=False, pad_edge=False)
+    table = Table(
+        title=f"placer plan: {len(result.moves)} move(s), {result.status}",
+        title_justify="left",
+        show_edge=False,
+        pad_edge=False,
+    )
     for col in ("#", "deployment", "replica", "instance", "from", "to", "units before", "units after"):
         table.add_column(col)
     for i, m in enumerate(result.moves, 1):
-        table.add_row(str(i), m.deployment, str(m.replica), m.what, m.source, m.target,
-                      "-" if m.units_before is None else str(m.units_before),
-                      "-" if m.units_after is None else str(m.units_after))
-    console = Console(file=sys.stderr, width=None if sys.stderr.isatty() else 200, highlight=False,
-                      no_color=not sys.stderr.isatty())
+        table.add_row(
+            str(i),
+            m.deployment,
+            str(m.replica),
+            m.what,
+            m.source,
+            m.target,
+            "-" if m.units_before is None else str(m.units_before),
+            "-" if m.units_after is None else str(m.units_after),
+        )
+    console = Console(
+        file=sys.stderr, width=None if sys.stderr.isatty() else 200, highlight=False, no_color=not sys.stderr.isatty()
+    )
     console.print(table)
-    change = (result.cost_after - result.cost_before)
-    console.print(f"cost of what runs: {result.cost_before} units; after the moves, everything: {result.cost_after} "
-                  f"units ({change:+d}); {result.seconds:.2f}s")
+    change = result.cost_after - result.cost_before
+    console.print(
+        f"cost of what runs: {result.cost_before} units; after the moves, everything: {result.cost_after} "
+        f"units ({change:+d}); {result.seconds:.2f}s"
+    )

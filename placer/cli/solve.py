@@ -129,8 +129,9 @@ def solve_command(
     *specs, cluster = paths
     options = SolveOptions(time_limit_s=time_limit, workers=workers, log=stderr_log if verbose else None)
     if keep or len(specs) > 1 or specs[0].is_dir() or _documents(specs[0]) > 1:
-        _solve_fleet(specs, cluster, options, keep or [], placement, output, target.value, nccl, namespace,
-                     dry_run, quiet, say)
+        _solve_fleet(
+            specs, cluster, options, keep or [], placement, output, target.value, nccl, namespace, dry_run, quiet, say
+        )
         return
     spec = specs[0]
     t0 = time.perf_counter()

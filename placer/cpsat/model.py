@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from placer.cpsat.variables import Variables, create_variables
-from placer.levels import LEVEL_RANK
 from placer.errors import InfeasibleError
+from placer.levels import LEVEL_RANK
 from placer.problem import Problem, free_in, kept_candidate
 
 
@@ -279,6 +279,7 @@ class PlacementModel:
             else:
                 stay = self.model.new_bool_var(f"stay[{k},{pool},{i}]")
                 for lit in [lits[ci], *nodes]:
+                    assert lit is not None  # checked above
                     self.model.add_implication(stay, lit)
                 self.stays[("m", key)] = stay
         for (key, ci), count in sorted(counted.items()):
@@ -378,9 +379,14 @@ def post_capacity(model: cp_model.CpModel, topo, demands: list[Capacity]) -> Non
     cpu: dict[int, list] = defaultdict(list)
     memory: dict[int, list] = defaultdict(list)
     for c in demands:
-        for target, source in ((unit, c.unit), (inside, c.inside), (cpu, c.cpu), (memory, c.memory)):
-            for key, terms in source.items():
-                target[key] += terms
+        for dom_id, terms in c.unit.items():
+            unit[dom_id] += terms
+        for dom_id, terms in c.inside.items():
+            inside[dom_id] += terms
+        for n, terms in c.cpu.items():
+            cpu[n] += terms
+        for n, terms in c.memory.items():
+            memory[n] += terms
     for dom_id in sorted(unit):
         dom = topo.domains[dom_id]
         model.add(sum(unit[dom_id]) <= free_in(topo, dom.nodes[0], dom))
