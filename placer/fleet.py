@@ -138,7 +138,7 @@ def solve_fleet(
                 continue
             repaired = _repair(d, tier_placed, tier_start, state, options, seconds)
             if repaired is not None:
-                moved = len(repaired) - len(tier_placed)
+                moved = len(repaired) - 1
                 notes.append(f"{d.key}: placed by re-arranging {moved} deployment(s) of its priority with it")
                 tier_placed = [p for p in tier_placed if p.deployment.key not in {r.deployment.key for r in repaired}]
                 tier_placed += repaired
