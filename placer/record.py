@@ -118,8 +118,10 @@ class Placed:
     source: str  # "placement record" | "manifests"
 
 
-def load_placed(path: Path) -> Placed:
-    """A placement record (YAML or JSON) or a manifest stream (multi-document YAML or a JSON ``List``)."""
+def load_placed(path: Path, deployment: str | None = None) -> Placed:
+    """A placement record (YAML or JSON) or a manifest stream (multi-document YAML or a JSON ``List``).
+    A file from a batch (several records, or several deployments' manifests) needs ``deployment``
+    (``name`` or ``namespace/name``) to say which one."""
     from placer.load import parse_documents, read_text
 
     docs = [d for d, _ in parse_documents(read_text(path), str(path))]  # JSON is YAML
@@ -127,11 +129,34 @@ def load_placed(path: Path) -> Placed:
         docs = list(docs[0].get("items") or [])
     if not docs or not all(isinstance(d, dict) for d in docs):
         raise InputError(f"{path}: expected a Placement record or the manifests placer solve printed")
+    docs = _one_deployment(path, docs, deployment)
     if len(docs) == 1 and docs[0].get("kind") == "Placement":
         return _from_record(path, docs[0])
     if any(d.get("kind") == "Placement" for d in docs):
         raise InputError(f"{path}: a Placement record must be the only document in its file")
     return _from_manifests(path, docs)
+
+
+def _one_deployment(path: Path, docs: list[dict[str, Any]], wanted: str | None) -> list[dict[str, Any]]:
+    """The documents of one deployment: all of them when the file holds one, else the one asked for."""
+
+    def key(doc: dict[str, Any]) -> tuple[str, str] | None:
+        meta = _dict(doc.get("metadata"))
+        name = meta.get("name") if doc.get("kind") == "Placement" else _labels(doc).get("app.kubernetes.io/name")
+        return (str(meta.get("namespace") or "default"), str(name)) if name else None
+
+    keys = sorted({k for d in docs if (k := key(d)) is not None})
+    if wanted is None:
+        if len(keys) > 1:
+            names = ", ".join(f"{ns}/{n}" for ns, n in keys)
+            raise InputError(f"{path}: holds several deployments ({names}): choose one with --deployment")
+        return docs
+    ns, _, name = wanted.rpartition("/")
+    chosen = [d for d in docs if (k := key(d)) is not None and k[1] == name and (not ns or k[0] == ns)]
+    if not chosen:
+        names = ", ".join(f"{n_ns}/{n}" for n_ns, n in keys)
+        raise InputError(f"{path}: no deployment {wanted!r} here (it holds {names})")
+    return chosen
 
 
 def _from_record(path: Path, data: dict[str, Any]) -> Placed:

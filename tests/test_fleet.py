@@ -388,3 +388,18 @@ def test_a_deployment_left_out_one_by_one_is_placed_jointly(tmp_path):
     by_name = {p.deployment.spec.metadata.name: p.placement for p in res.placed}
     assert [p.node for r in by_name["whole"].replicas for i in r.instances for p in i.pods] == ["n2"]
     verify_fleet(topo, [(p.deployment.spec, p.placement) for p in res.placed])
+
+
+def test_explain_picks_one_deployment_of_a_batch(tmp_path):
+    records = tmp_path / "records.yaml"
+    batch = run("solve", str(FIX / "specs"), str(DGX), "--placement", str(records), "-q")
+    manifests = tmp_path / "all.yaml"
+    manifests.write_text(batch.stdout)
+    for source in (manifests, records):
+        r = run("explain", str(source), "-c", str(DGX), "--no-baselines")
+        assert r.returncode == 2 and "choose one with --deployment" in r.stderr
+        r = run("explain", str(source), "-c", str(DGX), "-d", "default/llama-405b", "--no-baselines", "-o", "json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["metadata"]["name"] == "llama-405b"
+    r = run("explain", str(records), "-c", str(DGX), "-d", "nope")
+    assert r.returncode == 2 and "no deployment 'nope'" in r.stderr

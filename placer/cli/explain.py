@@ -52,6 +52,10 @@ def explain_command(
         bool, typer.Option("--baselines/--no-baselines", help="Compare with count-only and Kueue-style schedulers.")
     ] = True,
     time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds, for --why-not's solve.")] = 30.0,
+    deployment: Annotated[
+        str | None,
+        typer.Option("--deployment", "-d", help="NAME or NAMESPACE/NAME, when PLACED holds a batch."),
+    ] = None,
 ) -> None:
     """Explain a placement: where every TP group sits, its bottleneck link and all-reduce time, the
     prefill -> decode path, the router, each cost term, SLO checks, and what other schedulers would do.
@@ -76,16 +80,18 @@ def explain_command(
     if why_not:
         _why_not(placed, cluster_path, output, svg, baselines, time_limit)
     else:
-        _explain(placed, cluster_path, output, svg, baselines)
+        _explain(placed, cluster_path, output, svg, baselines, deployment)
 
 
-def _explain(placed_path: Path, cluster_path: Path, output, svg: Path | None, baselines: bool) -> None:
+def _explain(
+    placed_path: Path, cluster_path: Path, output, svg: Path | None, baselines: bool, deployment: str | None = None
+) -> None:
     from placer.errors import InputError
     from placer.load import load_cluster, locate
     from placer.record import load_placed
     from placer.topology import build_topology
 
-    placed = load_placed(placed_path)
+    placed = load_placed(placed_path, deployment)
     cluster = load_cluster(cluster_path)
     if placed.placement.cluster and placed.placement.cluster != cluster.metadata.name:
         raise InputError(
