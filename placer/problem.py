@@ -14,6 +14,7 @@ when those nodes are alike, which is how racks are built; the checker recomputes
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, replace
 
 from placer import cost, k8s
@@ -171,14 +172,25 @@ def _up_figures(topo: Topology, node: int, domain: str) -> cost.PathFigures:
     return cost.PathFigures(bw, lat, topo.domains[domain].level)
 
 
+# (node, domain) -> figures, per link graph: the figures depend only on the domain tree and the links,
+# which Topology.with_usage shares, so a batch that builds hundreds of problems on the states its earlier
+# placements leave computes each one once (it was most of a 100-deployment batch's time; bench/NOTES.md).
+_FIGURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def worst_figures(topo: Topology, domain: str, nodes: list[int], memo: dict) -> cost.PathFigures:
-    """Worst-case ring figures for GPUs spread over ``nodes`` inside ``domain``."""
+    """Worst-case ring figures for GPUs spread over ``nodes`` inside ``domain``. ``memo`` records the pairs
+    this problem priced (Problem.unlike_domains reads it)."""
+    shared = _FIGURES.setdefault(topo.graph, {})
     bw, lat = float("inf"), 0.0
     for n in nodes:
         key = (n, domain)
-        if key not in memo:
-            memo[key] = _up_figures(topo, n, domain)
-        f = memo[key]
+        f = memo.get(key)
+        if f is None:
+            f = shared.get(key)
+            if f is None:
+                f = shared[key] = _up_figures(topo, n, domain)
+            memo[key] = f
         bw, lat = min(bw, f.bandwidth_gbps), max(lat, f.latency_us)
     return cost.PathFigures(bw, lat, topo.domains[domain].level)
 
