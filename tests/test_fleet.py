@@ -403,3 +403,10 @@ def test_explain_picks_one_deployment_of_a_batch(tmp_path):
         assert json.loads(r.stdout)["metadata"]["name"] == "llama-405b"
     r = run("explain", str(records), "-c", str(DGX), "-d", "nope")
     assert r.returncode == 2 and "no deployment 'nope'" in r.stderr
+
+
+def test_a_batch_gives_the_same_bytes_twice(tmp_path):
+    records = [tmp_path / "a.yaml", tmp_path / "b.yaml"]
+    outs = [run("solve", str(FIX / "specs"), str(DGX), "--placement", str(r), "-q") for r in records]
+    assert outs[0].stdout == outs[1].stdout and outs[0].stdout
+    assert records[0].read_text() == records[1].read_text()
