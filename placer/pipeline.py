@@ -206,6 +206,7 @@ def run_fleet(
     )
     result = solve_fleet(deployments, base, options, progress=progress)
     reports = verify_fleet(base, [(p.deployment.spec, p.placement) for p in result.placed])
+    result.cost = sum(r.total_units for r in reports)  # the checker's figure, as for a single spec
     by_key = {p.deployment.key: (p, r) for p, r in zip(result.placed, reports, strict=True)}
     manifests: list[dict] = []
     for d in deployments:
