@@ -70,10 +70,8 @@ def _read(path: Path, docs: list[dict[str, Any]]) -> list[Running]:
         return [_from_placed(path, _from_record(path, d)) for d in docs]
     if any(d.get("kind") == "Placement" for d in docs):
         raise InputError(f"{path}: placement records and manifests mixed in one file")
-    if all(d.get("kind") == "Pod" and _dict(d.get("spec")).get("nodeName") for d in docs if _is_placer(d)) and any(
-        _dict(d.get("spec")).get("nodeName") for d in docs
-    ):
-        return _from_pods(path, docs)
+    if all(d.get("kind") == "Pod" for d in docs) and any("status" in d or _node_name(d) for d in docs):
+        return _from_pods(path, docs)  # what the API server returns (placer's own output has neither)
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for d in docs:
         if _is_placer(d):
@@ -122,6 +120,10 @@ def _from_pods(path: Path, docs: list[dict[str, Any]]) -> list[Running]:
             pool, index, _parse_instance_gpus(path, gpus), domain
         )
     return [out[k] for k in sorted(out)]
+
+
+def _node_name(doc: dict[str, Any]) -> str | None:
+    return _dict(doc.get("spec")).get("nodeName")
 
 
 def _is_placer(doc: dict[str, Any]) -> bool:

@@ -197,14 +197,28 @@ def test_keep_accepts_placement_records_and_kubectl_pods(tmp_path):
         d["spec"]["nodeName"] = node
         d["status"] = {"phase": "Running"}
         pods.append(d)
+    router = next(d for d in yaml.safe_load_all(first.stdout) if d["kind"] == "Deployment")
+    pods.append(  # the pod the router's Deployment made, where it was bound
+        {
+            "kind": "Pod",
+            "metadata": {"name": "router-abc12", "namespace": "serving", **router["spec"]["template"]["metadata"]},
+            "spec": {"nodeName": router["metadata"]["annotations"]["placer.dev/node"]},
+            "status": {"phase": "Running"},
+        }
+    )
     pods.append({"kind": "Pod", "metadata": {"name": "other", "labels": {}}, "spec": {"nodeName": "x"}})
     pod_list = tmp_path / "pods.json"
     pod_list.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
     from_record, from_pods = load_running([record]), load_running([pod_list])
     assert [r.key for r in from_record] == [r.key for r in from_pods] == ["serving/llama-70b"]
-    assert from_record[0].instances == {k: v for k, v in from_pods[0].instances.items()} or {
-        k: v.pods for k, v in from_record[0].instances.items()
-    } == {k: v.pods for k, v in from_pods[0].instances.items()}
+    assert from_record[0].instances == from_pods[0].instances  # same pods, same domains
+    assert from_record[0].routers == from_pods[0].routers and from_pods[0].routers
+    pending = json.loads(pod_list.read_text())
+    del pending["items"][0]["spec"]["nodeName"]  # not bound yet: not running
+    pending["items"][0]["status"] = {"phase": "Pending"}
+    pod_list_pending = tmp_path / "pods-pending.json"
+    pod_list_pending.write_text(json.dumps(pending))
+    assert len(load_running([pod_list_pending])[0].instances) == len(from_pods[0].instances) - 1
     bigger = _replica_bump(tmp_path, 2, 4)
     a = run("solve", str(bigger), str(DGX), "--keep", str(record), "-q")
     b = run("solve", str(bigger), str(DGX), "--keep", str(pod_list), "-q")
