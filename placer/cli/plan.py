@@ -14,6 +14,7 @@ def plan_command(
     paths: Annotated[
         list[Path],
         typer.Argument(
+            metavar="FILE",
             help="[PENDING_SPEC...] CLUSTER: deployments that should fit (optional), then the cluster file.",
             show_default=False,
         ),

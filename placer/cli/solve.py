@@ -30,6 +30,7 @@ def solve_command(
     paths: Annotated[
         list[Path],
         typer.Argument(
+            metavar="FILE",
             help="SPEC... CLUSTER: one or more ServingTopology specs (files, multi-document files or directories), "
             "then the cluster file.",
             show_default=False,
