@@ -179,7 +179,7 @@ def _repair(
     from ortools.sat.python import cp_model
 
     from placer.cpsat.model import PlacementModel, post_capacity
-    from placer.solve import Part, _run_stage, decode_joint
+    from placer.solve import Part, decode_joint, run_stage
 
     t0 = time.perf_counter()
     group = _blockers(d, tier_placed, tier_start, now)
@@ -199,13 +199,13 @@ def _repair(
     post_capacity(model, residual, [pm.capacity for pm in pms])
     deadline = t0 + seconds
     model.minimize(sum(pm.misses_expr() for pm in pms))
-    solver, status = _run_stage(model, options, deadline)
+    solver, status = run_stage(model, options, deadline)
     if solver is None:
         return None
     model.add(sum(pm.misses_expr() for pm in pms) <= int(round(solver.objective_value)))
     model.clear_objective()
     model.minimize(sum(pm.cost_expr() for pm in pms))
-    better, _ = _run_stage(model, options, deadline)
+    better, _ = run_stage(model, options, deadline)
     solver = better or solver
     parts = [
         Part(

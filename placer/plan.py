@@ -147,18 +147,11 @@ def _want(pending, cut: float | None) -> str:
 def _run(model, options: SolveOptions, deadline: float, allow_cut: bool = False, want: str = ""):
     from ortools.sat.python import cp_model
 
-    solver = cp_model.CpSolver()
-    p = solver.parameters
-    p.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
-    p.num_workers = max(1, options.workers)
-    p.random_seed = options.seed
-    p.cp_model_probing_level = 0
-    p.symmetry_level = 0
-    status = solver.solve(model)
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    from placer.solve import run_stage
+
+    solver, status = run_stage(model, options, deadline)
+    if solver is not None or allow_cut:
         return solver, status
-    if allow_cut:
-        return None, status
     raise InfeasibleError(
         f"no set of moves makes {want}, even with every running instance free to move"
         if status == cp_model.INFEASIBLE

@@ -122,15 +122,8 @@ def search(problem: Problem, options: SolveOptions, deadline: float) -> Outcome:
         return {"greedy": t_greedy - t0, "build": t_build - t_greedy, "solve": time.perf_counter() - t_build}
 
     def run(stage: str) -> tuple[cp_model.CpSolver, cp_model.CpSolverStatus]:
-        solver = cp_model.CpSolver()
+        solver = configured_solver(options, deadline)
         p = solver.parameters
-        p.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
-        p.num_workers = max(1, options.workers)
-        p.random_seed = options.seed
-        p.cp_model_probing_level = 0  # probing turns at-most-one rows into millions of clauses (SCALING.md)
-        # The model breaks symmetry itself; CP-SAT's own symmetry pass, combined with a hint, spent 10 s
-        # of a 11 s solve on the 10k-GPU GB200 cluster (bench/NOTES.md).
-        p.symmetry_level = 0
         # Logging is always on (to a callback, never stdout) because it changes the search: -v must not
         # change the placement.
         p.log_search_progress = True
@@ -444,9 +437,8 @@ def _replicas(part: Part, solver, pods, chosen) -> tuple[ReplicaPlacement, ...]:
     return tuple(out)
 
 
-def _run_stage(model, options: SolveOptions, deadline: float):
-    """One CP-SAT solve of a joint model with placer's parameters; (solver, status), solver None when
-    nothing was found."""
+def configured_solver(options: SolveOptions, deadline: float):
+    """A CpSolver with placer's parameters, for whatever time is left until ``deadline``."""
     from ortools.sat.python import cp_model
 
     solver = cp_model.CpSolver()
@@ -454,8 +446,18 @@ def _run_stage(model, options: SolveOptions, deadline: float):
     p.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
     p.num_workers = max(1, options.workers)
     p.random_seed = options.seed
-    p.cp_model_probing_level = 0
+    p.cp_model_probing_level = 0  # probing turns at-most-one rows into millions of clauses (SCALING.md)
+    # The model breaks symmetry itself; CP-SAT's own symmetry pass, combined with a hint, spent 10 s
+    # of a 11 s solve on the 10k-GPU GB200 cluster (bench/NOTES.md).
     p.symmetry_level = 0
+    return solver
+
+
+def run_stage(model, options: SolveOptions, deadline: float):
+    """One solve of a joint model (fleet repairs, plan): (solver, status), solver None if nothing was found."""
+    from ortools.sat.python import cp_model
+
+    solver = configured_solver(options, deadline)
     status = solver.solve(model)
     return (solver if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None), status
 
