@@ -424,3 +424,31 @@ def test_a_batch_gives_the_same_bytes_twice(tmp_path):
     outs = [run("solve", str(FIX / "specs"), str(DGX), "--placement", str(r), "-q") for r in records]
     assert outs[0].stdout == outs[1].stdout and outs[0].stdout
     assert records[0].read_text() == records[1].read_text()
+
+
+@pytest.mark.parametrize("target", ["coscheduling", "kai", "volcano", "kueue", "grove", "lws", "dra"])
+def test_keep_changes_only_the_spec_annotation_of_running_objects(tmp_path, target):
+    first = run("solve", str(DISAGG), str(DGX), "-q", "-t", target)
+    running = tmp_path / "running.yaml"
+    running.write_text(first.stdout)
+    second = run("solve", str(_two_replicas(tmp_path)), str(DGX), "--keep", str(running), "-q", "-t", target)
+    assert second.returncode == 0, second.stderr
+    before = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(first.stdout)}
+    after = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(second.stdout)}
+    assert len(after) > len(before)
+    for key, doc in before.items():
+        if doc == after[key]:
+            continue
+        # only the gang's record of the spec and the solver's verdict may differ
+        strip = ("placer.dev/spec", "placer.dev/solver-status")
+        a, b = json.loads(json.dumps(doc)), json.loads(json.dumps(after[key]))
+        for d in (a, b):
+            for k in strip:
+                d["metadata"].get("annotations", {}).pop(k, None)
+        assert a == b, key
+
+
+def _two_replicas(tmp_path: Path) -> Path:
+    path = tmp_path / "two.yaml"
+    path.write_text(DISAGG.read_text().replace("replicas: 1", "replicas: 2"))
+    return path
