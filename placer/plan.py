@@ -2,9 +2,10 @@
 deployments' total cost by a given fraction (defragmentation), listed move by move.
 
 One joint CP-SAT model holds every running deployment (each instance *soft-kept*: it may stay where it
-runs or move) and every pending one (required, whole). Capacity is shared. Stage 1 minimises the moves
-(instances and routers that would leave where they run); stage 2 keeps that number and minimises the total
-cost. Instances that stay get their own GPUs back; the result is verified like any batch.
+runs or move) and every pending one (at least minReplicas whole replicas). Capacity is shared. Stage 1
+minimises the moves (instances and routers that would leave where they run); keeping that number, stage 2
+places as many pending replicas as fit and stage 3 minimises the total cost. Instances that stay get their
+own GPUs back; the result is verified like any batch.
 """
 
 from __future__ import annotations
@@ -97,13 +98,24 @@ def plan(
     solver, status = _run(model, options, deadline, want=_want(pending, cut))
     proven = status == cp_model.OPTIMAL
     model.add(moves <= int(round(solver.objective_value)))
-    model.clear_objective()
-    for var in _all_vars(pms):
-        model.add_hint(var, solver.value(var))
-    model.minimize(cost)
-    second, status2 = _run(model, options, deadline, allow_cut=True)
-    if second is not None:
-        solver, proven = second, proven and status2 == cp_model.OPTIMAL
+    # With those moves: as many replicas of the pending deployments as fit (minReplicas may allow fewer
+    # than all), then the least total cost; each stage starts from the previous answer.
+    pending_replicas = sum(
+        (x for pm in pms[len(running) :] for x in pm.vars.placed), start=cp_model.LinearExpr.constant(0)
+    )
+    for sense, objective in (("max", pending_replicas), ("min", cost)):
+        model.clear_objective()
+        model.clear_hints()
+        for var in _all_vars(pms):
+            model.add_hint(var, solver.value(var))
+        model.maximize(objective) if sense == "max" else model.minimize(objective)
+        better, status2 = _run(model, options, deadline, allow_cut=True)
+        if better is None:
+            proven = False
+            break
+        solver, proven = better, proven and status2 == cp_model.OPTIMAL
+        if sense == "max":
+            model.add(objective >= int(round(solver.objective_value)))
     parts = [Part(pm.problem, pm, _placed(solver, pm), _stayers(pm, solver)) for pm in pms]
     decoded = decode_joint(parts, solver)
     after = []

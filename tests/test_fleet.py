@@ -255,28 +255,7 @@ def test_plan_moves_the_one_instance_in_the_way(tmp_path):
     # moving small to n3 is the only way, and it is one move.
     cluster = _cluster(tmp_path, {"n3": [0, 1, 2, 3]})
     topo = build_topology(load_cluster(cluster))
-    small = _spec_doc("small", 4, 1)
-    record = tmp_path / "small.yaml"
-    first = run_fleet([_write_specs(tmp_path, [small], "s.yaml")], cluster, OPTS)
-    pl = first.fleet.placed[0].placement
-    moved_pl = type(pl)(
-        pl.deployment,
-        pl.namespace,
-        pl.cluster,
-        (
-            type(pl.replicas[0])(
-                0,
-                tuple(
-                    type(i)(i.pool, i.index, (type(i.pods[0])("n1", (0, 1, 2, 3)),), "node/n1")
-                    for i in pl.replicas[0].instances
-                ),
-            ),
-        ),
-        pl.stats,
-    )
-    from placer.keep import records_text
-
-    record.write_text(records_text([(first.fleet.placed[0].deployment.spec, moved_pl)]))
+    record = _small_running_on_n1(tmp_path, cluster)
     wide = _write_specs(tmp_path, [_spec_doc("wide", 8, 2)], "w.yaml")
     assert run_fleet([wide], cluster, OPTS, keep_paths=[record]).fleet.unplaced  # does not fit as things stand
     result = plan(load_running([record]), load_specs(wide), topo, OPTS)
@@ -452,3 +431,31 @@ def _two_replicas(tmp_path: Path) -> Path:
     path = tmp_path / "two.yaml"
     path.write_text(DISAGG.read_text().replace("replicas: 1", "replicas: 2"))
     return path
+
+
+@pytest.mark.parametrize("min_replicas,moves,replicas", [(1, 0, 1), (2, 1, 2)])
+def test_plan_moves_first_then_pending_replicas(tmp_path, min_replicas, moves, replicas):
+    # "small" (TP4) runs on n1; n2 is whole; n3 has 4 free. Two TP8 replicas need n1 and n2 (one move);
+    # one needs no move. Fewest moves come first, so with minReplicas 1 the plan moves nothing.
+    cluster = _cluster(tmp_path, {"n3": [0, 1, 2, 3]})
+    record = _small_running_on_n1(tmp_path, cluster)
+    doc = _spec_doc("pair", 8, 1, replicas=2)
+    doc["minReplicas"] = min_replicas
+    pending = _write_specs(tmp_path, [doc], "pair.yaml")
+    result = plan(load_running([record]), load_specs(pending), build_topology(load_cluster(cluster)), OPTS)
+    assert len(result.moves) == moves
+    assert len(result.placements[1][1].replicas) == replicas
+
+
+def _small_running_on_n1(tmp_path: Path, cluster: Path) -> Path:
+    """A record of "small" (one TP4 instance) running on GPUs 0-3 of n1, wherever placer would put it."""
+    from placer.keep import records_text
+    from placer.placement import Pod
+
+    placed = run_fleet([_write_specs(tmp_path, [_spec_doc("small", 4, 1)], "s.yaml")], cluster, OPTS).fleet.placed[0]
+    rep = placed.placement.replicas[0]
+    inst = replace(rep.instances[0], pods=(Pod("n1", (0, 1, 2, 3)),), domain="node/n1")
+    on_n1 = replace(placed.placement, replicas=(replace(rep, instances=(inst,)),))
+    record = tmp_path / "small.yaml"
+    record.write_text(records_text([(placed.deployment.spec, on_n1)]))
+    return record
