@@ -33,10 +33,9 @@ time (over admitted replicas with a prefill -> decode path), hard-rule violation
 (bench/run.py's definition, over every pool shape in the trace) and placement latency.
 
 Placement latency is what each policy takes to decide one arrival on the state given to it: for placer
-build_problem + solve (placer's run-time check of its placement is done by the replay, outside the timing;
-the committed CHURN.md predates SolveOptions(explain=False), so its rejections include placer's explanation
-of why nothing fits); for a baseline placer.baselines.run_baseline, which includes checking the placement
-(a few milliseconds).
+build_problem + solve with SolveOptions(explain=False), as an admission loop would run it (placer's run-time
+check of its placement is done by the replay, outside the timing); for a baseline
+placer.baselines.run_baseline, which includes checking the placement (a few milliseconds).
 """
 
 # The phases live next to this file: bench/churn_trace.py (phase 1), bench/churn_world.py and

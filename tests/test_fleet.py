@@ -13,9 +13,10 @@ from test_cli import run
 
 from placer.errors import InputError
 from placer.fleet import Deployment, solve_fleet
-from placer.keep import load_running, plan_keep
+from placer.keep import load_running, plan_keep, records_text
 from placer.load import load_cluster, load_spec, load_specs
 from placer.pipeline import run_fleet, verify_fleet
+from placer.placement import Pod
 from placer.plan import plan
 from placer.solve import SolveOptions
 from placer.spec import ServingTopology
@@ -232,8 +233,6 @@ def test_running_deployment_not_given_keeps_its_gpus(tmp_path):
     cluster = _cluster(tmp_path, {})
     first = run_fleet([_write_specs(tmp_path, [_spec_doc("old", 8, 2)], "old.yaml")], cluster, OPTS)
     record = tmp_path / "old-record.yaml"
-    from placer.keep import records_text
-
     record.write_text(records_text([(p.deployment.spec, p.placement) for p in first.fleet.placed]))
     new = _write_specs(tmp_path, [_spec_doc("new", 8, 2)], "new.yaml")
     res = run_fleet([new], cluster, OPTS, keep_paths=[record])
@@ -276,8 +275,6 @@ def test_plan_says_when_nothing_can_make_room(tmp_path):
     cluster = _cluster(tmp_path, {})
     record = tmp_path / "r.yaml"
     first = run_fleet([_write_specs(tmp_path, [_spec_doc("a", 8, 2)], "a.yaml")], cluster, OPTS)
-    from placer.keep import records_text
-
     record.write_text(records_text([(p.deployment.spec, p.placement) for p in first.fleet.placed]))
     huge = _write_specs(tmp_path, [_spec_doc("huge", 8, 2)], "h.yaml")
     r = run("plan", "--from", str(record), str(huge), str(cluster))
@@ -449,9 +446,6 @@ def test_plan_moves_first_then_pending_replicas(tmp_path, min_replicas, moves, r
 
 def _small_running_on_n1(tmp_path: Path, cluster: Path) -> Path:
     """A record of "small" (one TP4 instance) running on GPUs 0-3 of n1, wherever placer would put it."""
-    from placer.keep import records_text
-    from placer.placement import Pod
-
     placed = run_fleet([_write_specs(tmp_path, [_spec_doc("small", 4, 1)], "s.yaml")], cluster, OPTS).fleet.placed[0]
     rep = placed.placement.replicas[0]
     inst = replace(rep.instances[0], pods=(Pod("n1", (0, 1, 2, 3)),), domain="node/n1")
