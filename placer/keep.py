@@ -165,9 +165,16 @@ def plan_keep(running: list[Running], specs: list[ServingTopology], topo: Topolo
     kept: dict[str, Kept] = {}
     dropped: dict[str, list[str]] = {}
     untouched = []
+    claims: dict[tuple[str, int], str] = {}
     for run in running:
-        for inst in run.instances.values():
+        for (k, pool, i), inst in sorted(run.instances.items()):
             _check_pods(run, inst.pods, topo)
+            for pod in inst.pods:
+                for g in pod.gpus:
+                    what = f"{run.key} replica {k} {pool}-{i}"
+                    other = claims.setdefault((pod.node, g), what)
+                    if other != what:
+                        raise InputError(f"{run.source}: GPU {g} of {pod.node} is held by both {other} and {what}")
         for node in run.routers.values():
             _check_pods(run, (Pod(node, ()),), topo)
         spec = by_key.get(run.key)
@@ -180,6 +187,11 @@ def plan_keep(running: list[Running], specs: list[ServingTopology], topo: Topolo
                     busy[n] += pod.gpus
                     cpu[n] += k8s.millicores(reqs.get("cpu", "0"))
                     mem[n] += k8s.bytes_of(reqs.get("memory", "0"))
+            if run.spec is not None and run.spec.router is not None:
+                for node in run.routers.values():
+                    n = topo.node_by_name(node).index
+                    cpu[n] += k8s.millicores(run.spec.router.cpu)
+                    mem[n] += k8s.bytes_of(run.spec.router.memory)
             continue
         keep, drop = {}, []
         for (k, pool, i), inst in sorted(run.instances.items()):

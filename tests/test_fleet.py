@@ -453,3 +453,18 @@ def _small_running_on_n1(tmp_path: Path, cluster: Path) -> Path:
     record = tmp_path / "small.yaml"
     record.write_text(records_text([(placed.deployment.spec, on_n1)]))
     return record
+
+
+def test_keep_refuses_two_running_instances_on_one_gpu(tmp_path):
+    cluster = _cluster(tmp_path, {})
+    first = run_fleet([_write_specs(tmp_path, [_spec_doc("a", 4, 2)], "a.yaml")], cluster, OPTS)
+    placed = first.fleet.placed[0]
+    rep = placed.placement.replicas[0]
+    twin = replace(rep.instances[1], pods=rep.instances[0].pods)  # instance 1 claims instance 0's GPUs
+    forged = replace(placed.placement, replicas=(replace(rep, instances=(rep.instances[0], twin)),))
+    record = tmp_path / "forged.yaml"
+    record.write_text(records_text([(placed.deployment.spec, forged)]))
+    r = run(
+        "solve", str(_write_specs(tmp_path, [_spec_doc("a", 4, 2)], "a2.yaml")), str(cluster), "--keep", str(record)
+    )
+    assert r.returncode == 2 and "held by both" in r.stderr and "forged.yaml" in r.stderr
