@@ -110,7 +110,9 @@ def solve_fleet(
     t0 = time.perf_counter()
     deadline = t0 + options.time_limit_s
     order = placement_order(deployments)
-    state = topology
+    # What runs is taken for everyone but its owner (_own_state gives the owner its pods back).
+    running = [kept_usage(d, topology) for d in deployments if d.kept is not None]
+    state = topology.with_usage(*merge_usage(running)) if running else topology
     placed: list[Placed] = []
     failed: list[tuple[Deployment, InfeasibleError, Topology]] = []
     notes: list[str] = []
@@ -122,13 +124,14 @@ def solve_fleet(
         for d in tier:
             # Keep a share of the time for repairs and explanations.
             share = max(0.1, SEQUENTIAL_SHARE * (deadline - time.perf_counter()) / (len(order) - looked))
+            mine = _own_state(d, state)
             try:
-                placement = solve(_problem(d, state), replace(options, time_limit_s=share, explain=False))
+                placement = solve(_problem(d, mine), replace(options, time_limit_s=share, explain=False))
             except InfeasibleError as error:
                 tier_failed.append((d, error))
             else:
-                tier_placed.append(Placed(d, placement, state))
-                state = state.with_usage(*usage(d.spec, state, placement))
+                tier_placed.append(Placed(d, placement, mine))
+                state = mine.with_usage(*usage(d.spec, mine, placement))
             looked += 1
             if looked % 10 == 0 or looked == len(order):
                 progress(f"  {looked}/{len(order)} deployments looked at, {len(placed) + len(tier_placed)} placed")
@@ -155,7 +158,12 @@ def solve_fleet(
     pairs = [(p.deployment.spec, p.placement) for p in placed]
     bound = fleet_bound(pairs, topology)
     first = placed[0] if placed else None
-    if first is not None and first.topology is topology and first.placement.stats.status == "optimal":
+    if (
+        first is not None
+        and first.deployment.kept is None  # a kept one's optimum is with its pins, not "however arranged"
+        and first.topology is topology
+        and first.placement.stats.status == "optimal"
+    ):
         # The first one placed saw the whole cluster, so its proven optimum bounds its own share exactly.
         rest = fleet_bound(pairs[1:], topology)
         if rest is not None:
@@ -185,53 +193,56 @@ def _repair(
     group = _blockers(d, tier_placed, tier_start, now)
     if not group:
         return None
-    residual = tier_start
-    for p in tier_placed:
-        if p not in group:
-            residual = residual.with_usage(*usage(p.deployment.spec, residual, p.placement))
+    residual = _state_after(tier_start, [p for p in tier_placed if p not in group])
+    members = [*[p.deployment for p in group], d]
+    # The group's own running pods are theirs to keep (pinned in their models), so free for the joint model.
+    running = [kept_usage(m, residual) for m in members if m.kept is not None]
+    topo = residual.with_released(*merge_usage(running)) if running else residual
+    deadline = t0 + seconds
     try:
-        problems = [_fixed_replicas(_problem(p.deployment, residual), len(p.placement.replicas)) for p in group]
-        problems.append(_problem(d, residual))
+        problems = [_fixed_replicas(_problem(p.deployment, topo), len(p.placement.replicas)) for p in group]
+        problems.append(_problem(d, topo))
+        model = cp_model.CpModel()
+        pms = [PlacementModel(pb, model=model, joint=True) for pb in problems]
     except InfeasibleError:
         return None
-    model = cp_model.CpModel()
-    pms = [PlacementModel(pb, model=model, joint=True) for pb in problems]
-    post_capacity(model, residual, [pm.capacity for pm in pms])
-    deadline = t0 + seconds
-    model.minimize(sum(pm.misses_expr() for pm in pms))
-    solver, status = run_stage(model, options, deadline)
+    post_capacity(model, topo, [pm.capacity for pm in pms])
+    # As for one spec: as many of d's replicas as fit, then fewest misses, then least cost.
+    stages = [
+        (-1, cp_model.LinearExpr.sum(list(pms[-1].vars.placed))),
+        (1, cp_model.LinearExpr.sum([pm.misses_expr() for pm in pms])),
+        (1, cp_model.LinearExpr.sum([pm.cost_expr() for pm in pms])),
+    ]
+    solver = None
+    for sign, expr in stages:
+        model.clear_objective()
+        model.minimize(sign * expr)
+        found, _ = run_stage(model, options, deadline)
+        if found is None:
+            break
+        solver = found
+        value = int(round(solver.value(expr)))
+        model.add(expr >= value) if sign < 0 else model.add(expr <= value)
+        model.clear_hints()
+        for pm in pms:
+            for var in pm.all_vars():
+                model.add_hint(var, solver.value(var))
     if solver is None:
         return None
-    model.add(sum(pm.misses_expr() for pm in pms) <= int(round(solver.objective_value)))
-    model.clear_objective()
-    model.minimize(sum(pm.cost_expr() for pm in pms))
-    better, _ = run_stage(model, options, deadline)
-    solver = better or solver
     parts = [
-        Part(
-            pb, pm, sum(int(solver.value(x)) for x in pm.vars.placed), pb.kept.instances if pb.kept is not None else {}
-        )
+        Part(pb, pm, sum(int(solver.value(x)) for x in pm.vars.placed), pb.kept.instances if pb.kept else {})
         for pb, pm in zip(problems, pms, strict=True)
     ]
     out = []
-    for part, replicas, dep in zip(
-        parts, decode_joint(parts, solver), [*[p.deployment for p in group], d], strict=True
-    ):
+    for part, replicas, dep in zip(parts, decode_joint(parts, solver), members, strict=True):
         spec = dep.spec
         stats = SolveStats(
             "feasible",
             objective=int(solver.value(part.pm.cost_expr())),  # type: ignore[attr-defined]
             notes=["placed jointly with others of its priority"],
         )
-        out.append(
-            Placed(
-                dep,
-                Placement(
-                    spec.metadata.name, spec.metadata.namespace, tier_start.name, replicas[: part.n_replicas], stats
-                ),
-                residual,
-            )
-        )
+        pl = Placement(spec.metadata.name, spec.metadata.namespace, tier_start.name, replicas, stats)
+        out.append(Placed(dep, pl, topo))
     return out
 
 
@@ -286,8 +297,52 @@ def _blockers(d: Deployment, tier_placed: list[Placed], tier_start: Topology, no
 def _state_after(start: Topology, placed: list[Placed]) -> Topology:
     state = start
     for p in placed:
-        state = state.with_usage(*usage(p.deployment.spec, state, p.placement))
+        mine = _own_state(p.deployment, state)
+        state = mine.with_usage(*usage(p.deployment.spec, mine, p.placement))
     return state
+
+
+def _own_state(d: Deployment, state: Topology) -> Topology:
+    """The state as ``d`` sees it: its own running pods' GPUs, CPU and memory given back to it."""
+    return state if d.kept is None else state.with_released(*kept_usage(d, state))
+
+
+def kept_usage(d: Deployment, topo: Topology) -> tuple[dict[int, list[int]], dict[int, int], dict[int, int]]:
+    """What a deployment's kept instances and routers hold, by node index (like usage())."""
+    from placer import k8s
+
+    gpus: dict[int, list[int]] = defaultdict(list)
+    cpu: dict[int, int] = defaultdict(int)
+    mem: dict[int, int] = defaultdict(int)
+    if d.kept is None:
+        return gpus, cpu, mem
+    for (_k, pool, _i), inst in d.kept.instances.items():
+        reqs = d.spec.pools[pool].template.resources.requests
+        for pod in inst.pods:
+            n = topo.node_by_name(pod.node).index
+            gpus[n] += pod.gpus
+            cpu[n] += k8s.millicores(reqs.get("cpu", "0"))
+            mem[n] += k8s.bytes_of(reqs.get("memory", "0"))
+    if d.spec.router is not None:
+        for node in d.kept.routers.values():
+            n = topo.node_by_name(node).index
+            cpu[n] += k8s.millicores(d.spec.router.cpu)
+            mem[n] += k8s.bytes_of(d.spec.router.memory)
+    return gpus, cpu, mem
+
+
+def merge_usage(usages) -> tuple[dict[int, list[int]], dict[int, int], dict[int, int]]:
+    gpus: dict[int, list[int]] = defaultdict(list)
+    cpu: dict[int, int] = defaultdict(int)
+    mem: dict[int, int] = defaultdict(int)
+    for g, c, m in usages:
+        for n, v in g.items():
+            gpus[n] += v
+        for n, v in c.items():
+            cpu[n] += v
+        for n, v in m.items():
+            mem[n] += v
+    return gpus, cpu, mem
 
 
 def _fixed_replicas(problem: Problem, n: int) -> Problem:
@@ -333,12 +388,20 @@ def _reasons(
     if not exc.proven:
         return [f"{exc} (within its share of the time limit)"]
     try:
-        problem = _problem(d, state)
+        problem = _problem(d, _own_state(d, state))
     except InfeasibleError as inner:
         return [str(inner), *inner.reasons]
-    reasons = [str(c) for c in explain_infeasible(problem, seconds=seconds)] if d.kept is None else [str(exc)]
+    if d.kept is not None and "cannot be kept" in str(exc):
+        reasons = [str(exc)]
+    else:
+        reasons = [str(c) for c in explain_infeasible(problem, seconds=seconds)]
+        if d.kept is not None:
+            reasons.insert(
+                0, f"its {len(d.kept.instances)} running instance(s) stay where they are; what it adds does not fit"
+            )
     if holders:
-        held = sum(len(n.free_gpus) for n in topology.nodes) - sum(len(n.free_gpus) for n in state.nodes)
+        mine = _own_state(d, state)
+        held = sum(len(n.free_gpus) for n in topology.nodes) - sum(len(n.free_gpus) for n in mine.nodes)
         reasons.append(
             f"on what is left beside the {len(holders)} deployment(s) of its priority or higher, which hold {held} GPUs"
         )

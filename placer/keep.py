@@ -147,7 +147,8 @@ def _int(value: Any) -> int | None:
 class KeepPlan:
     """What --keep means for one solve: the cluster as the solver sees it, and per spec what stays."""
 
-    topology: Topology  # kept GPUs free (they are pinned in the model), others' running GPUs busy
+    topology: Topology  # kept GPUs free (each deployment's own are pinned in its model; placer.fleet keeps
+    # them busy for every other deployment), running deployments not given as specs busy
     kept: dict[str, Kept]  # deployment key -> kept instances
     dropped: dict[str, list[str]]  # deployment key -> instances not kept (scale-in, changed shape)
     untouched: list[Running]  # running deployments not given as specs: in use, not re-emitted
@@ -201,6 +202,8 @@ def plan_keep(running: list[Running], specs: list[ServingTopology], topo: Topolo
                 and k < spec.replicas
                 and i < p.instances
                 and sum(len(pod.gpus) for pod in inst.pods) == p.gpus_per_instance
+                # a multi-node instance keeps its layout: nodeCount pods of gpusPerNode GPUs
+                and (p.node_count is None or [len(pod.gpus) for pod in inst.pods] == [p.gpus_per_node] * p.node_count)
             )
             if fits:
                 keep[(k, pool, i)] = inst

@@ -192,7 +192,10 @@ def run_fleet(
     if keep_paths:
         plan = plan_keep(load_running(keep_paths), [s for s, _ in given], topo)
         base, kept = plan.topology, plan.kept
-        notes += [f"{key}: not kept (no longer in the spec): {', '.join(v)}" for key, v in plan.dropped.items()]
+        notes += [
+            f"{key}: not kept (gone from the spec, or its shape changed): {', '.join(v)}"
+            for key, v in plan.dropped.items()
+        ]
         notes += [f"{r.key}: running, not given as a spec: left as it is" for r in plan.untouched]
     deployments = [Deployment(s, src, kept.get(f"{s.metadata.namespace}/{s.metadata.name}")) for s, src in given]
     check_unique(deployments)
@@ -230,37 +233,38 @@ def _check_buildable(d, topo: Topology) -> None:
 
 def verify_fleet(topo: Topology, placed: list[tuple[ServingTopology, Placement]]) -> list[Report]:
     """The checker on every placement with every other one's GPUs, CPU and memory taken: together they
-    double-book nothing and each keeps every rule. Order-free, so it does not trust the solve order."""
-    from collections import defaultdict
+    double-book nothing and each keeps every rule. Order-free, so it does not trust the solve order.
+    Raises VerificationError (a bug in placer) on anything; the objective becomes the checker's figure."""
+    _claim_once(placed)
+    return [verify_placement(spec, t, pl) for (spec, pl), t in zip(placed, _others_taken(topo, placed), strict=True)]
 
-    from placer.fleet import usage
 
+def check_fleet(topo: Topology, placed: list[tuple[ServingTopology, Placement]]) -> list[Report]:
+    """verify_fleet's checks without refusing: for states placer did not make (what runs, in plan)."""
+    from placer.verify import check
+
+    return [check(spec, t, pl) for (spec, pl), t in zip(placed, _others_taken(topo, placed), strict=True)]
+
+
+def _claim_once(placed: list[tuple[ServingTopology, Placement]]) -> None:
     claims: dict[tuple[str, int], str] = {}
     for _spec, pl in placed:
+        me = f"{pl.namespace}/{pl.deployment}"
         for rep in pl.replicas:
             for inst in rep.instances:
                 for pod in inst.pods:
                     for g in pod.gpus:
-                        owner = claims.setdefault((pod.node, g), pl.deployment)
-                        if owner != pl.deployment:
+                        owner = claims.setdefault((pod.node, g), me)
+                        if owner != me:
                             raise VerificationError(
                                 f"the independent checker rejected the batch (a bug in placer; nothing was printed): "
-                                f"GPU {g} of {pod.node} is given to both {owner} and {pl.deployment}"
+                                f"GPU {g} of {pod.node} is given to both {owner} and {me}"
                             )
+
+
+def _others_taken(topo: Topology, placed: list[tuple[ServingTopology, Placement]]) -> list[Topology]:
+    """Per placement, the cluster with every other placement's GPUs, CPU and memory taken."""
+    from placer.fleet import merge_usage, usage
+
     taken = [usage(spec, topo, pl) for spec, pl in placed]
-    reports = []
-    for i, (spec, pl) in enumerate(placed):
-        gpus: dict[int, list[int]] = defaultdict(list)
-        cpu: dict[int, int] = defaultdict(int)
-        mem: dict[int, int] = defaultdict(int)
-        for j, (g_used, c_used, m_used) in enumerate(taken):
-            if j == i:
-                continue
-            for n, indices in g_used.items():
-                gpus[n] += indices
-            for n, millis in c_used.items():
-                cpu[n] += millis
-            for n, size in m_used.items():
-                mem[n] += size
-        reports.append(verify_placement(spec, topo.with_usage(gpus, cpu, mem), pl))
-    return reports
+    return [topo.with_usage(*merge_usage([t for j, t in enumerate(taken) if j != i])) for i in range(len(placed))]

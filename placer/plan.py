@@ -42,6 +42,7 @@ class PlanResult:
     topology: Topology
     status: str  # optimal | feasible
     seconds: float
+    notes: list[str]  # what the checker says of the state as it runs
 
 
 def plan(
@@ -56,7 +57,7 @@ def plan(
     from ortools.sat.python import cp_model
 
     from placer.cpsat.model import PlacementModel, post_capacity
-    from placer.pipeline import verify_fleet
+    from placer.pipeline import check_fleet, verify_fleet
 
     t0 = time.perf_counter()
     for r in running:
@@ -69,7 +70,23 @@ def plan(
     keep = plan_keep(running, specs, topo)
     base = keep.topology
     before = [(r.spec, running_placement(r, topo.name)) for r in running if r.spec is not None]
-    cost_before = sum(rep.total_units for rep in verify_fleet(base, before))
+    running_keys = {r.key: r.source for r in running}
+    for spec, source in pending:
+        key = f"{spec.metadata.namespace}/{spec.metadata.name}"
+        if key in running_keys:
+            raise InputError(
+                f"{source}: {key} already runs ({running_keys[key]}); plan places new deployments next to what "
+                "runs. To scale a running one, use placer solve --keep"
+            )
+    # What runs was not placed by this call: the checker reports on it instead of refusing it (a node
+    # cordoned since, say, is the reason to plan).
+    reports_before = check_fleet(base, before)
+    cost_before = sum(rep.total_units for rep in reports_before)
+    notes = [
+        f"{pl.namespace}/{pl.deployment} as it runs: {v}"
+        for (_s, pl), rep in zip(before, reports_before, strict=True)
+        for v in rep.violations
+    ]
     problems: list[Problem] = []
     for spec, (_s, _pl) in zip(specs, before, strict=True):
         key = f"{spec.metadata.namespace}/{spec.metadata.name}"
@@ -106,7 +123,7 @@ def plan(
     for sense, objective in (("max", pending_replicas), ("min", cost)):
         model.clear_objective()
         model.clear_hints()
-        for var in _all_vars(pms):
+        for var in [x for pm in pms for x in pm.all_vars()]:
             model.add_hint(var, solver.value(var))
         model.maximize(objective) if sense == "max" else model.minimize(objective)
         better, status2 = _run(model, options, deadline, allow_cut=True)
@@ -137,7 +154,7 @@ def plan(
     reports = verify_fleet(base, after)
     for (_s, pl), rep in zip(after, reports, strict=True):
         pl.stats.objective = rep.total_units
-    listed = _moves(base, before, after[: len(running)])
+    listed = _moves(base, before, reports_before, after[: len(running)], reports[: len(running)])
     return PlanResult(
         listed,
         after,
@@ -146,6 +163,7 @@ def plan(
         base,
         "optimal" if proven else "feasible",
         time.perf_counter() - t0,
+        notes,
     )
 
 
@@ -170,16 +188,6 @@ def _run(model, options: SolveOptions, deadline: float, allow_cut: bool = False,
         else "no plan found within the time limit; raise --time-limit",
         proven=status == cp_model.INFEASIBLE,
     )
-
-
-def _all_vars(pms) -> list:
-    out = []
-    for pm in pms:
-        v = pm.vars
-        for lits in [*v.choice.values(), *v.node_of.values(), *v.container.values(), *v.router.values()]:
-            out += list(lits.values())
-        out += [*v.pooled.values(), *v.placed, *v.spread.values(), *pm.stays.values()]
-    return out
 
 
 def _placed(solver, pm) -> int:
@@ -212,11 +220,9 @@ def _stayers(pm, solver) -> dict[tuple[int, str, int], InstancePlacement]:
     return out
 
 
-def _moves(topo: Topology, before, after) -> list[Move]:
-    from placer.pipeline import verify_fleet
-
-    units_before = _instance_units(topo, before, verify_fleet(topo, before))
-    units_after = _instance_units(topo, after, verify_fleet(topo, after))
+def _moves(topo: Topology, before, reports_before, after, reports_after) -> list[Move]:
+    units_before = _instance_units(topo, before, reports_before)
+    units_after = _instance_units(topo, after, reports_after)
     out = []
     for (spec, old), (_s, new) in zip(before, after, strict=True):
         key = f"{spec.metadata.namespace}/{spec.metadata.name}"

@@ -158,7 +158,7 @@ def search(problem: Problem, options: SolveOptions, deadline: float) -> Outcome:
                 notes.append("time limit hit while maximising replicas; more might fit")
             if best_n >= problem.min_replicas:
                 best = answer(solver, best_n)
-            _rehint(model, solver, v)
+            _rehint(model, solver, pm)
         if best_n < problem.min_replicas:
             raise Unplaceable(True)
         for k, lit in enumerate(v.placed):
@@ -180,7 +180,7 @@ def search(problem: Problem, options: SolveOptions, deadline: float) -> Outcome:
                     notes.append("time limit hit while minimising preferred-level misses")
                 best = answer(solver, best_n)
                 model.add(pm.misses_expr() <= misses)
-                _rehint(model, solver, v)
+                _rehint(model, solver, pm)
         cost = pm.cost_expr()
         model.clear_objective()
         model.minimize(cost)
@@ -244,12 +244,9 @@ def _forced_misses(problem: Problem, replicas: int) -> int:
     )
 
 
-def _rehint(model, solver, v) -> None:
+def _rehint(model, solver, pm) -> None:
     model.clear_hints()
-    for lits in [*v.choice.values(), *v.node_of.values(), *v.container.values(), *v.router.values()]:
-        for lit in lits.values():
-            model.add_hint(lit, solver.value(lit))
-    for var in [*v.pooled.values(), *v.placed, *v.spread.values()]:
+    for var in pm.all_vars():
         model.add_hint(var, solver.value(var))
 
 

@@ -148,6 +148,25 @@ class Topology:
         ]
         return replace(self, nodes=nodes)
 
+    def with_released(
+        self,
+        gpus: Mapping[int, Collection[int]],
+        cpu_m: Mapping[int, int] | None = None,
+        memory_bytes: Mapping[int, int] | None = None,
+    ) -> Topology:
+        """The inverse of with_usage: these GPUs free again and this CPU / memory given back. Why: a running
+        deployment re-solved with --keep sees its own pods' resources as its own, everyone else as taken."""
+        cpu_m, memory_bytes = cpu_m or {}, memory_bytes or {}
+        return self.with_usage(
+            {},
+            {n: -v for n, v in cpu_m.items()},
+            {n: -v for n, v in memory_bytes.items()},
+        )._without_busy(gpus)
+
+    def _without_busy(self, gpus: Mapping[int, Collection[int]]) -> Topology:
+        nodes = [replace(n, busy=n.busy - frozenset(gpus[n.index])) if n.index in gpus else n for n in self.nodes]
+        return replace(self, nodes=nodes)
+
     def gpu_vertex(self, node: int, gpu: int) -> str:
         return f"gpu/{self.nodes[node].name}/{gpu}"
 

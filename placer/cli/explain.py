@@ -77,6 +77,8 @@ def explain_command(
         raise InputError("explain: give the cluster file once (either positional or --cluster)")
     if svg is not None and not svg.parent.resolve().is_dir():
         raise InputError(f"--svg {svg}: directory {svg.parent} does not exist")
+    if why_not and deployment is not None:
+        raise InputError("explain: --deployment picks one deployment of placed output; --why-not takes a spec")
     if why_not:
         _why_not(placed, cluster_path, output, svg, baselines, time_limit)
     else:

@@ -85,6 +85,7 @@ def plan_command(
             }
             for m in result.moves
         ],
+        "notes": result.notes,
         "pending": [
             {"deployment": f"{s.metadata.namespace}/{s.metadata.name}", "replicas": len(pl.replicas)}
             for s, pl in result.placements[len(result.placements) - len(pending) :]
@@ -133,3 +134,5 @@ def _table(result) -> None:
         f"cost of what runs: {result.cost_before} units; after the moves, everything: {result.cost_after} "
         f"units ({change:+d}); {result.seconds:.2f}s"
     )
+    for note in result.notes:
+        console.print(f"note: {note}")

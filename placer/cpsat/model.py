@@ -30,18 +30,15 @@ class Capacity:
 
 
 class PlacementModel:
-    """One problem's variables and constraints. ``model`` and ``joint`` let placer.fleet put several
-    problems in one CpModel: the capacity terms are then posted once for all of them (post_capacity), and
-    with ``optional`` the deployment may be left out whole (``admitted``) instead of being required."""
+    """One problem's variables and constraints. ``model`` and ``joint`` let placer.fleet and placer.plan
+    put several problems in one CpModel: the capacity terms are then posted once for all of them
+    (post_capacity)."""
 
-    def __init__(
-        self, problem: Problem, model: cp_model.CpModel | None = None, joint: bool = False, optional: bool = False
-    ):
+    def __init__(self, problem: Problem, model: cp_model.CpModel | None = None, joint: bool = False):
         self.problem = problem
         self.topo = problem.topology
         self.model = model if model is not None else cp_model.CpModel()
         self.vars: Variables = create_variables(self.model, problem)
-        self.admitted: cp_model.IntVar | None = self.model.new_bool_var("admitted") if optional else None
         # Soft-kept instances still where they run (placer.plan maximises them): ("n", key, candidate) ->
         # how many counted instances stay there, ("m", key) -> a multi-node instance stays, ("r", replica).
         self.stays: dict[tuple, cp_model.IntVar] = {}
@@ -79,13 +76,7 @@ class PlacementModel:
 
     def _replicas_between_min_and_max(self) -> None:
         placed = self.vars.placed
-        if self.admitted is None:
-            self.model.add(sum(placed) >= self.problem.min_replicas)
-        else:  # admitted: at least minReplicas; left out: none at all
-            for k, lit in enumerate(placed):
-                self.model.add(lit == self.admitted) if k < self.problem.min_replicas else self.model.add(
-                    lit <= self.admitted
-                )
+        self.model.add(sum(placed) >= self.problem.min_replicas)
         for a, b in zip(placed, placed[1:], strict=False):
             self.model.add_implication(b, a)  # replicas are identical: fill them in order
 
@@ -243,11 +234,14 @@ class PlacementModel:
     # --- what already runs ---------------------------------------------------------------------------
     def _kept_instances(self) -> None:
         """Running instances (problem.kept) keep their replica placed. Hard: each stays on its candidate
-        and nodes (the decoder gives it back its own GPUs). Soft: ``stays`` counts those still in place."""
+        and nodes, its GPUs charged to the sockets they sit in too (the decoder gives it back exactly
+        those); one that cannot stay where it runs makes the problem infeasible, with that reason. Soft:
+        ``stays`` counts those still in place; one that cannot stay (or could not get its own GPUs back,
+        being spread over sockets or nodes after solving) simply counts as moved."""
         kept = self.problem.kept
         if kept is None:
             return
-        v, hard = self.vars, kept.hard
+        v, hard, topo = self.vars, kept.hard, self.topo
         for k in sorted(kept.replicas):
             self.model.add(v.placed[k] == 1)
         counted: dict[tuple, int] = defaultdict(int)
@@ -257,49 +251,85 @@ class PlacementModel:
             ci = kept_candidate(self.problem, inst)
             key = (k, pool, i) if plan.multi_node else (k, pool, 0)
             lits = v.choice[key]
+            what = f"running {pool}-{i} of replica {k} ({_pods_text(inst)})"
+            nodes = [topo.node_by_name(p.node).index for p in inst.pods]
             if ci is None or ci not in lits:
-                raise InfeasibleError(
-                    f"running {pool}-{i} of replica {k} ({_pods_text(inst)}) breaks the spec's placement rules "
-                    "where it is: it cannot be kept",
-                    proven=True,
-                )
-            if not plan.multi_node:
-                counted[(key, ci)] += 1
-                if plan.candidates[ci].kind == "pooled":
-                    for pod in inst.pods:
-                        drawn[(plan.selector, self.topo.node_by_name(pod.node).index)] += len(pod.gpus)
+                self._cannot_stay(f"{what} breaks the spec's placement rules where it is")
                 continue
-            nodes = [v.node_of[key].get(self.topo.node_by_name(p.node).index) for p in inst.pods]
-            if any(y is None for y in nodes):
-                raise InfeasibleError(f"running {pool}-{i} of replica {k} cannot be kept: a node is not eligible")
+            cand = plan.candidates[ci]
+            if plan.multi_node:
+                ys = [v.node_of[key].get(n) for n in nodes]
+                if any(y is None for y in ys):
+                    self._cannot_stay(f"{what} is on a node it may no longer use")
+                    continue
+                if hard:
+                    self.model.add(lits[ci] == 1)
+                    for y in ys:
+                        self.model.add(y == 1)
+                else:
+                    stay = self.model.new_bool_var(f"stay[{k},{pool},{i}]")
+                    for lit in [lits[ci], *ys]:
+                        self.model.add_implication(stay, lit)  # type: ignore[arg-type]
+                    self.stays[("m", key)] = stay
+                continue
+            if cand.kind == "pooled" and any((plan.selector, n) not in v.pooled for n in nodes):
+                self._cannot_stay(f"{what} is on a node it may no longer use")
+                continue
+            if not hard and (cand.kind != "unit" or self._spans_sockets(cand.domain)):
+                continue  # its GPUs are chosen after solving: it cannot be promised the same ones
+            counted[(key, ci)] += 1
             if hard:
-                self.model.add(lits[ci] == 1)
-                for y in nodes:
-                    self.model.add(y == 1)
-            else:
-                stay = self.model.new_bool_var(f"stay[{k},{pool},{i}]")
-                for lit in [lits[ci], *nodes]:
-                    assert lit is not None  # checked above
-                    self.model.add_implication(stay, lit)
-                self.stays[("m", key)] = stay
+                for pod, n in zip(inst.pods, nodes, strict=True):
+                    if cand.kind == "pooled":
+                        drawn[(plan.selector, n)] += len(pod.gpus)
+                    self._charge_sockets(n, pod.gpus, cand.domain)
         for (key, ci), count in sorted(counted.items()):
             if hard:
                 self.model.add(v.choice[key][ci] >= count)
-            elif self.problem.pools[key[1]].candidates[ci].kind == "unit":  # a spanning one may not get its GPUs
-                # back, so it counts as moved
+            else:
                 stay_count = self.model.new_int_var(0, count, f"stay[{key},{ci}]")
                 self.model.add(stay_count <= v.choice[key][ci])
                 self.stays[("n", key, ci)] = stay_count
-        if hard:
-            for sel_node, gpus in sorted(drawn.items()):
-                self.model.add(v.pooled[sel_node] >= gpus)
+        for sel_node, gpus in sorted(drawn.items()):
+            self.model.add(v.pooled[sel_node] >= gpus)
         for k, name in sorted(kept.routers.items()):
-            r = v.router[k][self.topo.node_by_name(name).index]
-            if hard:
+            r = v.router.get(k, {}).get(topo.node_by_name(name).index)
+            if r is None:
+                self._cannot_stay(f"the running router of replica {k} is on {name}, which it may no longer use")
+            elif hard:
                 self.model.add(r == 1)
             else:
                 self.stays[("r", k)] = r
         self.kept_count = len(kept.instances) + len(kept.routers)
+
+    def _cannot_stay(self, why: str) -> None:
+        if self.problem.kept is not None and self.problem.kept.hard:
+            raise InfeasibleError(f"{why}: it cannot be kept", proven=True)
+
+    def _spans_sockets(self, domain: str) -> bool:
+        """A node-level place on a node whose sockets are domains: which socket's GPUs it holds is not
+        a variable."""
+        dom = self.topo.domains[domain]
+        return dom.level == "node" and bool(dom.children)
+
+    def _charge_sockets(self, node: int, gpus, candidate: str) -> None:
+        """A kept instance placed at node level (or spanning) still holds GPUs of particular sockets: charge
+        them there, so nothing else is promised those sockets' GPUs."""
+        topo = self.topo
+        for g in gpus:
+            home = topo.gpu_domain(node, g)
+            if topo.domains[home].level == "socket" and home != candidate:
+                self.capacity.unit[home].append(1)
+
+    def all_vars(self) -> list[cp_model.IntVar]:
+        """Every decision variable, for hinting a stage with the previous stage's answer."""
+        v = self.vars
+        out = [
+            lit
+            for lits in (*v.choice.values(), *v.node_of.values(), *v.container.values(), *v.router.values())
+            for lit in lits.values()
+        ]
+        return out + [*v.pooled.values(), *v.placed, *v.spread.values(), *self.stays.values()]
 
     def moves_expr(self) -> cp_model.LinearExpr:
         """Soft-kept instances and routers that would leave where they run."""

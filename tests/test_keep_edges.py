@@ -1,0 +1,232 @@
+"""What runs, at its edges: running GPUs are nobody else's, pins charge the sockets they sit in, changed
+shapes and unusable nodes are reported (exit 1 or 2, never an internal error), repairs and plans on such
+states still answer. Each case was found by a review of the batch / --keep / plan change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from test_cli import run
+from test_fleet import OPTS, _cluster, _spec_doc, _write_specs
+
+from placer.keep import load_running, records_text
+from placer.load import load_cluster, load_specs
+from placer.pipeline import run_fleet
+from placer.plan import plan
+from placer.topology import build_topology
+
+
+def _record(tmp_path: Path, cluster: Path, doc: dict, name: str = "rec.yaml") -> Path:
+    first = run_fleet([_write_specs(tmp_path, [doc], f"first-{name}")], cluster, OPTS)
+    path = tmp_path / name
+    path.write_text(records_text([(p.deployment.spec, p.placement) for p in first.fleet.placed]))
+    return path
+
+
+def _gpus(res, key: str) -> set[tuple[str, int]]:
+    placed = next(p for p in res.fleet.placed if p.deployment.key == key)
+    return {(pod.node, g) for r in placed.placement.replicas for i in r.instances for pod in i.pods for g in pod.gpus}
+
+
+def test_a_running_deployments_gpus_are_not_given_to_a_higher_priority_one(tmp_path):
+    for tp in (4, 8):
+        cluster = _cluster(tmp_path, {})
+        record = _record(tmp_path, cluster, _spec_doc("old", tp, 1), f"old{tp}.yaml")
+        held = {
+            (p.node, g) for r in load_running([record]) for i in r.instances.values() for p in i.pods for g in p.gpus
+        }
+        specs = _write_specs(tmp_path, [_spec_doc("old", tp, 1), _spec_doc("hi", tp, 1, priority=5)], f"b{tp}.yaml")
+        res = run_fleet([specs], cluster, OPTS, keep_paths=[record])
+        assert not res.fleet.unplaced
+        assert _gpus(res, "default/old") == held
+        assert not _gpus(res, "default/hi") & held
+
+
+def test_scaling_one_of_two_deployments_on_a_shared_node_leaves_the_other_alone(tmp_path):
+    # a runs on n1 GPUs 0-3, b on n1 GPUs 4-7; n2 and n3 are full. a asks for a second instance: nowhere.
+    cluster = _cluster(tmp_path, {"n2": list(range(8)), "n3": list(range(8))})
+    free = _cluster(tmp_path / "free" if (tmp_path / "free").mkdir() is None else tmp_path, {})
+    records = []
+    for name, gpus in (("a", [0, 1, 2, 3]), ("b", [4, 5, 6, 7])):
+        rec = yaml.safe_load(_record(tmp_path, free, _spec_doc(name, 4, 1), f"{name}.yaml").read_text())
+        rec["replicas"][0]["instances"][0]["pods"] = [{"node": "n1", "gpus": gpus}]
+        rec["replicas"][0]["instances"][0]["domain"] = "node/n1"
+        records.append(rec)
+    running = tmp_path / "running.yaml"
+    running.write_text(yaml.safe_dump_all(records))
+    specs = _write_specs(tmp_path, [_spec_doc("a", 4, 2), _spec_doc("b", 4, 1)], "both.yaml")
+    res = run_fleet([specs], cluster, OPTS, keep_paths=[running])
+    assert _gpus(res, "default/b") == {("n1", g) for g in (4, 5, 6, 7)}
+    [left] = res.fleet.unplaced
+    assert left.deployment.key == "default/a"
+    assert "stay where they are" in left.reasons[0] and "only 4 matching GPUs" in left.reasons[1]
+
+
+def _socket_cluster(tmp_path: Path, name: str, busy: list[int]) -> Path:
+    node = {"name": "p1", "class": "p", "leaf": "l1", **({"busy": busy} if busy else {})}
+    doc = {
+        "apiVersion": "placer.dev/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": "s"},
+        "nodeClasses": {
+            "p": {
+                "gpus": {"count": 8, "product": "A100", "memoryGiB": 40},
+                "interconnect": "pcie",
+                "sockets": 2,
+                "cpu": "128",
+                "memory": "1Ti",
+            }
+        },
+        "nodes": [node],
+    }
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _pool(tp: int, required: str, **extra) -> dict:
+    return {
+        "role": "aggregated",
+        "instances": 1,
+        "tensorParallel": tp,
+        "placement": {"required": required},
+        "template": {"image": "x:1", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}},
+        **extra,
+    }
+
+
+def _spec(tmp_path: Path, name: str, pools: dict) -> Path:
+    doc = {
+        "apiVersion": "placer.dev/v1alpha1",
+        "kind": "ServingTopology",
+        "metadata": {"name": "d"},
+        "model": {"layers": 4, "hiddenSize": 1024, "kvHeads": 2, "headDim": 64},
+        "pools": pools,
+    }
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_a_kept_instance_holds_the_sockets_its_gpus_are_in(tmp_path):
+    # Placed at node level on GPUs 2-5 (0, 1, 7 busy then), it holds two GPUs of each socket: a new
+    # socket-level TP4 does not fit beside it (only 0, 1, 6, 7 are left), and placer says so (exit 1).
+    record = tmp_path / "r.yaml"
+    first = run(
+        "solve",
+        _spec(tmp_path, "w1.yaml", {"a": _pool(4, "node")}),
+        _socket_cluster(tmp_path, "d0.yaml", [0, 1, 7]),
+        "-q",
+        "--placement",
+        record,
+    )
+    assert first.returncode == 0 and "2,3,4,5" in first.stdout
+    r = run(
+        "solve",
+        _spec(tmp_path, "w2.yaml", {"a": _pool(4, "node"), "b": _pool(4, "socket")}),
+        _socket_cluster(tmp_path, "d1.yaml", []),
+        "--keep",
+        record,
+    )
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr and "not placed" in r.stderr
+
+
+def test_a_multi_node_instance_whose_layout_changed_is_replaced_not_kept(tmp_path):
+    cluster = tmp_path / "c.yaml"
+    nodes = [
+        {"name": f"n{i}", "leaf": "l1", "gpus": {"count": 8, "product": "H100", "memoryGiB": 80}} for i in range(4)
+    ]
+    cluster.write_text(
+        yaml.safe_dump(
+            {"apiVersion": "placer.dev/v1alpha1", "kind": "Cluster", "metadata": {"name": "t"}, "nodes": nodes}
+        )
+    )
+    two_by_eight = _spec(tmp_path, "m1.yaml", {"a": _pool(16, "leaf", nodeCount=2, gpusPerNode=8)})
+    four_by_four = _spec(tmp_path, "m2.yaml", {"a": _pool(16, "leaf", nodeCount=4, gpusPerNode=4)})
+    record = tmp_path / "r.yaml"
+    assert run("solve", two_by_eight, cluster, "-q", "--placement", record).returncode == 0
+    r = run("solve", four_by_four, cluster, "--keep", record)
+    assert r.returncode == 0, r.stderr
+    assert "not kept (gone from the spec, or its shape changed): replica 0 a-0" in r.stderr
+
+
+def test_a_kept_spanning_instance_on_a_cordoned_node_is_reported(tmp_path):
+    nodes = [
+        {"name": n, "rack": rack, "leaf": "l1", "gpus": {"count": 8, "product": "H100", "memoryGiB": 80}}
+        for n, rack in (("a", "r1"), ("d", "r2"), ("e", "r2"), ("f", "r2"))
+    ]
+    doc = {"apiVersion": "placer.dev/v1alpha1", "kind": "Cluster", "metadata": {"name": "t"}, "nodes": nodes}
+    c0 = tmp_path / "c0.yaml"
+    c0.write_text(yaml.safe_dump(doc))
+    spec = _spec(tmp_path, "s.yaml", {"a": _pool(16, "rack")})
+    record = tmp_path / "r.yaml"
+    assert run("solve", spec, c0, "-q", "--placement", record).returncode == 0
+    node = load_running([record])[0].instances[(0, "a", 0)].pods[-1].node
+    for n in nodes:
+        n["schedulable"] = n["name"] != node
+    c1 = tmp_path / "c1.yaml"
+    c1.write_text(yaml.safe_dump(doc))
+    r = run("solve", spec, c1, "--keep", record)
+    # rack r2 can still hold it, but not on the node it runs on
+    assert r.returncode == 1 and "may no longer use" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_cordoned_node_makes_keep_report_and_plan_move(tmp_path):
+    cluster = _cluster(tmp_path, {})
+    record = _record(tmp_path, cluster, _spec_doc("old", 4, 1))
+    node = load_running([record])[0].instances[(0, "aggregated", 0)].pods[0].node
+    doc = yaml.safe_load(cluster.read_text())
+    for n in doc["nodes"]:
+        n["schedulable"] = n["name"] != node
+    cluster.write_text(yaml.safe_dump(doc))
+    # a batch with a new deployment still places the new one and says why old cannot be kept
+    specs = _write_specs(tmp_path, [_spec_doc("old", 4, 1), _spec_doc("big", 8, 2)], "both.yaml")
+    res = run_fleet([specs], cluster, OPTS, keep_paths=[record])
+    assert [p.deployment.key for p in res.fleet.placed] == ["default/big"]
+    assert "cannot be kept" in res.fleet.unplaced[0].reasons[0]
+    # plan moves it off the cordoned node and notes what the checker says of the state as it runs
+    result = plan(load_running([record]), [], build_topology(load_cluster(cluster)), OPTS, cut=0.0)
+    assert [(m.deployment, m.source.split(":")[0]) for m in result.moves] == [("default/old", node)]
+    assert any("busy" in n or "schedulable" in n for n in result.notes)
+
+
+def test_a_repaired_deployment_gets_as_many_replicas_as_fit(tmp_path):
+    nodes = []
+    for name, busy, hit in (
+        ("n1", [], 0.9),
+        ("n2", [], 0.9),
+        ("n3", [0, 1, 2, 3], None),
+        ("n4", [0, 1, 2, 3], None),
+        ("n5", [0, 1, 2, 3], None),
+        ("n6", [0, 1, 2, 3], None),
+    ):
+        node = {"name": name, "leaf": "l1", "gpus": {"count": 8, "product": "H100", "memoryGiB": 80}}
+        if busy:
+            node["busy"] = busy
+        if hit is not None:
+            node["metrics"] = {"queueDepth": 0, "kvCacheHit": hit}
+        nodes.append(node)
+    cluster = tmp_path / "rep.yaml"
+    cluster.write_text(
+        yaml.safe_dump(
+            {"apiVersion": "placer.dev/v1alpha1", "kind": "Cluster", "metadata": {"name": "t"}, "nodes": nodes}
+        )
+    )
+    whole = _spec_doc("whole", 8, 1, replicas=2)
+    whole["minReplicas"] = 1
+    specs = _write_specs(tmp_path, [_spec_doc("wide", 4, 4), whole], "specs.yaml")
+    res = run_fleet([specs], cluster, OPTS)
+    assert any("re-arranging" in n for n in res.fleet.notes)
+    by_key = {p.deployment.key: p.placement for p in res.fleet.placed}
+    assert len(by_key["default/whole"].replicas) == 2
+
+
+def test_plan_refuses_a_pending_spec_that_already_runs(tmp_path):
+    cluster = _cluster(tmp_path, {})
+    record = _record(tmp_path, cluster, _spec_doc("small", 4, 1))
+    again = _write_specs(tmp_path, [_spec_doc("small", 4, 2)], "again.yaml")
+    r = run("plan", "--from", record, again, cluster)
+    assert r.returncode == 2 and "already runs" in r.stderr and "--keep" in r.stderr
+    assert load_specs(again)  # the file itself is fine
