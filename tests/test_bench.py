@@ -63,3 +63,16 @@ def test_report_renders_the_targets_table(tmp_path):
     text = bench.report([row], argparse.Namespace(seeds=1, time_limit=20.0))
     assert "| dgx-h100-128 | tp16-multinode | 1 |" in text
     assert "never worse than a baseline that keeps every hard rule" in text
+
+
+def test_fleet_benchmark_smoke(tmp_path):
+    """bench/fleet.py's own path on a small batch: every deployment accounted for, the figures consistent."""
+    spec = importlib.util.spec_from_file_location("bench_fleet", ROOT / "bench" / "fleet.py")
+    fleet = importlib.util.module_from_spec(spec)
+    sys.modules["bench_fleet"] = fleet
+    spec.loader.exec_module(fleet)
+    row = fleet.one_seed(0, 2048, 20, 20.0, tmp_path, cli=False)
+    assert row.error is None
+    assert row.placed + row.left_out == row.given == 20
+    assert row.checked == row.cost and row.bound is not None and row.bound <= row.cost
+    assert sum(placed for placed, _ in row.by_tier.values()) == row.placed
