@@ -334,7 +334,7 @@ def report(rows: list[Row], args: argparse.Namespace, gpus: int, count: int, com
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"OR-Tools {_version('ortools')}, placer commit {args.commit or _commit()}. "
-        f"Run as `{command}` under `nice -n 19`.",
+        f"Run as `{command}` at niceness {os.nice(0)}.",
         "",
         "## How to rerun",
         "",
