@@ -48,13 +48,22 @@ def _spec_doc(name: str, tp: int, instances: int, priority: int = 0, replicas: i
 
 
 def _cluster(tmp_path: Path, busy: dict[str, list[int]]) -> Path:
-    nodes = [
-        {"name": n, "leaf": "l1", "gpus": {"count": 8, "product": "H100", "memoryGiB": 80}, "busy": busy.get(n, [])}
-        for n in ("n1", "n2", "n3")
-    ]
-    nodes = [{k: v for k, v in n.items() if v != []} for n in nodes]
+    """n1, n2, n3: 8 H100 each in one leaf, with the given GPUs busy."""
+    return leaf_cluster(tmp_path, [(n, busy.get(n, []), None) for n in ("n1", "n2", "n3")])
+
+
+def leaf_cluster(tmp_path: Path, rows: list[tuple[str, list[int], float | None]], name: str = "cluster.yaml") -> Path:
+    """8-GPU H100 nodes in one leaf: (name, busy GPUs, KV-cache hit or None for no telemetry)."""
+    nodes = []
+    for node_name, busy, hit in rows:
+        node: dict = {"name": node_name, "leaf": "l1", "gpus": {"count": 8, "product": "H100", "memoryGiB": 80}}
+        if busy:
+            node["busy"] = list(busy)  # a fresh list: a shared one would dump as a YAML alias
+        if hit is not None:
+            node["metrics"] = {"queueDepth": 0, "kvCacheHit": hit}
+        nodes.append(node)
     doc = {"apiVersion": "placer.dev/v1alpha1", "kind": "Cluster", "metadata": {"name": "tiny"}, "nodes": nodes}
-    path = tmp_path / "cluster.yaml"
+    path = tmp_path / name
     path.write_text(yaml.safe_dump(doc))
     return path
 
@@ -348,24 +357,9 @@ def test_a_deployment_left_out_one_by_one_is_placed_jointly(tmp_path):
     # n1 (4 free) and n2 (8 free) report cache hits, so they are cheap; n3 and n4 have 4 free each.
     # "wide" (3 x TP4, the larger, placed first) alone takes n1 + n2; then "whole" (TP8) has no whole node.
     # Together: wide on n1, n3, n4 and whole on n2.
-    nodes = []
-    for name, busy, hit in (
-        ("n1", [0, 1, 2, 3], 0.9),
-        ("n2", [], 0.9),
-        ("n3", [0, 1, 2, 3], None),
-        ("n4", [0, 1, 2, 3], None),
-    ):
-        node = {"name": name, "leaf": "l1", "gpus": {"count": 8, "product": "H100", "memoryGiB": 80}}
-        if busy:
-            node["busy"] = busy
-        if hit is not None:
-            node["metrics"] = {"queueDepth": 0, "kvCacheHit": hit}
-        nodes.append(node)
-    cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(
-        yaml.safe_dump(
-            {"apiVersion": "placer.dev/v1alpha1", "kind": "Cluster", "metadata": {"name": "tiny"}, "nodes": nodes}
-        )
+    cluster = leaf_cluster(
+        tmp_path,
+        [("n1", [0, 1, 2, 3], 0.9), ("n2", [], 0.9), ("n3", [0, 1, 2, 3], None), ("n4", [0, 1, 2, 3], None)],
     )
     topo = build_topology(load_cluster(cluster))
     wide = ServingTopology.model_validate(_spec_doc("wide", 4, 3))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 from test_cli import run
-from test_fleet import OPTS, _cluster, _spec_doc, _write_specs
+from test_fleet import OPTS, _cluster, _spec_doc, _write_specs, leaf_cluster
 
 from placer.keep import load_running, records_text
 from placer.load import load_cluster, load_specs
@@ -193,27 +193,9 @@ def test_a_cordoned_node_makes_keep_report_and_plan_move(tmp_path):
 
 
 def test_a_repaired_deployment_gets_as_many_replicas_as_fit(tmp_path):
-    nodes = []
-    for name, busy, hit in (
-        ("n1", [], 0.9),
-        ("n2", [], 0.9),
-        ("n3", [0, 1, 2, 3], None),
-        ("n4", [0, 1, 2, 3], None),
-        ("n5", [0, 1, 2, 3], None),
-        ("n6", [0, 1, 2, 3], None),
-    ):
-        node = {"name": name, "leaf": "l1", "gpus": {"count": 8, "product": "H100", "memoryGiB": 80}}
-        if busy:
-            node["busy"] = busy
-        if hit is not None:
-            node["metrics"] = {"queueDepth": 0, "kvCacheHit": hit}
-        nodes.append(node)
-    cluster = tmp_path / "rep.yaml"
-    cluster.write_text(
-        yaml.safe_dump(
-            {"apiVersion": "placer.dev/v1alpha1", "kind": "Cluster", "metadata": {"name": "t"}, "nodes": nodes}
-        )
-    )
+    half = [0, 1, 2, 3]
+    rows = [("n1", [], 0.9), ("n2", [], 0.9), *((f"n{i}", half, None) for i in range(3, 7))]
+    cluster = leaf_cluster(tmp_path, rows, "rep.yaml")
     whole = _spec_doc("whole", 8, 1, replicas=2)
     whole["minReplicas"] = 1
     specs = _write_specs(tmp_path, [_spec_doc("wide", 4, 4), whole], "specs.yaml")
