@@ -155,19 +155,18 @@ def solve_fleet(
         budget = min(EXPLAIN_S, max(0.2, (deadline - time.perf_counter()) / (len(failed) - i)))
         holders = [p for p in placed if p.deployment.priority >= d.priority]
         unplaced.append(Unplaced(d, _reasons(d, at, why, holders, topology, budget), why.proven))
-    pairs = [(p.deployment.spec, p.placement) for p in placed]
-    bound = fleet_bound(pairs, topology)
     first = placed[0] if placed else None
-    if (
-        first is not None
-        and first.deployment.kept is None  # a kept one's optimum is with its pins, not "however arranged"
+    # The first one placed saw the whole cluster, so its proven optimum bounds its own share exactly (not a
+    # kept one's: that optimum is with its pins, not "however arranged").
+    exact = (
+        first.placement.stats.objective
+        if first is not None
+        and first.deployment.kept is None
         and first.topology is topology
         and first.placement.stats.status == "optimal"
-    ):
-        # The first one placed saw the whole cluster, so its proven optimum bounds its own share exactly.
-        rest = fleet_bound(pairs[1:], topology)
-        if rest is not None:
-            bound = max(bound or 0, (first.placement.stats.objective or 0) + rest)
+        else None
+    )
+    bound = fleet_bound([(p.deployment.spec, p.placement) for p in placed], topology, exact_first=exact)
     cost = sum(p.placement.stats.objective or 0 for p in placed)
     return FleetResult(placed, unplaced, cost, bound, time.perf_counter() - t0, notes)
 
@@ -309,26 +308,11 @@ def _own_state(d: Deployment, state: Topology) -> Topology:
 
 def kept_usage(d: Deployment, topo: Topology) -> tuple[dict[int, list[int]], dict[int, int], dict[int, int]]:
     """What a deployment's kept instances and routers hold, by node index (like usage())."""
-    from placer import k8s
+    from placer.keep import as_placement
 
-    gpus: dict[int, list[int]] = defaultdict(list)
-    cpu: dict[int, int] = defaultdict(int)
-    mem: dict[int, int] = defaultdict(int)
-    if d.kept is None:
-        return gpus, cpu, mem
-    for (_k, pool, _i), inst in d.kept.instances.items():
-        reqs = d.spec.pools[pool].template.resources.requests
-        for pod in inst.pods:
-            n = topo.node_by_name(pod.node).index
-            gpus[n] += pod.gpus
-            cpu[n] += k8s.millicores(reqs.get("cpu", "0"))
-            mem[n] += k8s.bytes_of(reqs.get("memory", "0"))
-    if d.spec.router is not None:
-        for node in d.kept.routers.values():
-            n = topo.node_by_name(node).index
-            cpu[n] += k8s.millicores(d.spec.router.cpu)
-            mem[n] += k8s.bytes_of(d.spec.router.memory)
-    return gpus, cpu, mem
+    meta, kept = d.spec.metadata, d.kept
+    instances, routers = (kept.instances, kept.routers) if kept is not None else ({}, {})
+    return usage(d.spec, topo, as_placement(meta.name, meta.namespace, topo.name, instances, routers))
 
 
 def merge_usage(usages) -> tuple[dict[int, list[int]], dict[int, int], dict[int, int]]:
@@ -408,45 +392,75 @@ def _reasons(
     return reasons or [str(exc)]
 
 
-def fleet_bound(placed: list[tuple[ServingTopology, Placement]], topology: Topology) -> int | None:
+def fleet_bound(
+    placed: list[tuple[ServingTopology, Placement]], topology: Topology, exact_first: int | None = None
+) -> int | None:
     """A lower bound on the cost of placing the same replicas all together, however arranged.
 
     Cost is all-reduce per instance + KV transfer per replica + telemetry per GPU. The first two are at
     least each instance's cheapest candidate and each replica's cheapest container (on the cluster before
     any of them). Where a deployment has more preferred-level misses than it must, its instances are bounded
     by their cheapest candidate at any level (cost is minimised after misses, so a cheaper arrangement
-    could have more). Telemetry: see _telemetry_bound."""
+    could have more). Telemetry: see _telemetry_bound. ``exact_first``: the first placement's proven
+    optimum on this cluster, which then bounds its own share exactly (the better of the two is returned)."""
+    terms = []
+    for spec, placement in placed:
+        term = _bound_terms(spec, placement, topology)
+        if term is None:
+            return None
+        terms.append(term)
+    bound = _combine(terms, topology)
+    if exact_first is not None and terms:
+        bound = max(bound, exact_first + _combine(terms[1:], topology))
+    return bound
+
+
+_Terms = tuple[int, list[tuple[tuple, int, int]], dict[tuple, list[int]]]  # structural, demand, telemetry
+
+
+def _bound_terms(spec: ServingTopology, placement: Placement, topology: Topology) -> _Terms | None:
+    """One deployment's share: its structural bound and the GPUs its pools draw, by (weights, eligible)."""
     from placer.solve import _forced_misses
 
+    try:
+        problem = build_problem(spec, topology)
+    except InfeasibleError:
+        return None
+    if problem.unlike_domains:
+        return None  # candidates priced at their slowest node may cost more than the real GPUs
+    n = len(placement.replicas)
+    misses = 0
+    for rep in placement.replicas:
+        for inst in rep.instances:
+            cand = next((c for c in problem.pools[inst.pool].candidates if c.domain == inst.domain), None)
+            misses += bool(cand is None or cand.preferred_miss)
+    # With the fewest misses possible, every instance of a pool that can meet its preferred level does.
+    fewest = misses <= _forced_misses(problem, n)
     structural = 0
-    demand: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # group -> (slot size, GPUs)
+    demand: list[tuple[tuple, int, int]] = []  # (group, slot size, GPUs)
+    tele: dict[tuple, list[int]] = {}
+    for plan in problem.pools.values():
+        meets = [c.units for c in plan.candidates if not c.preferred_miss]
+        units = meets if fewest and meets else [c.units for c in plan.candidates]
+        structural += n * plan.instances * min(units, default=0)
+        group = (spec.objective.queue_depth, spec.objective.cache_miss, plan.eligible)
+        demand.append((group, _slot(plan), n * plan.instances * plan.size))
+        tele[group] = problem.telemetry_units
+    for coloc in problem.colocations:
+        structural += n * min((c.units for c in coloc.containers), default=0)
+    return structural, demand, tele
+
+
+def _combine(terms: list[_Terms], topology: Topology) -> int:
+    """Structural shares add up; telemetry is bounded per group over every deployment's GPUs at once."""
+    slots: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
     tele_of: dict[tuple, list[int]] = {}
-    for spec, placement in placed:
-        try:
-            problem = build_problem(spec, topology)
-        except InfeasibleError:
-            return None
-        if problem.unlike_domains:
-            return None  # candidates priced at their slowest node may cost more than the real GPUs
-        n = len(placement.replicas)
-        misses = 0
-        for rep in placement.replicas:
-            for inst in rep.instances:
-                cand = next((c for c in problem.pools[inst.pool].candidates if c.domain == inst.domain), None)
-                misses += bool(cand is None or cand.preferred_miss)
-        # With the fewest misses possible, every instance of a pool that can meet its preferred level does.
-        fewest = misses <= _forced_misses(problem, n)
-        for plan in problem.pools.values():
-            meets = [c.units for c in plan.candidates if not c.preferred_miss]
-            units = meets if fewest and meets else [c.units for c in plan.candidates]
-            structural += n * plan.instances * min(units, default=0)
-            group = (spec.objective.queue_depth, spec.objective.cache_miss, plan.eligible)
-            demand[group].append((_slot(plan), n * plan.instances * plan.size))
-            tele_of[group] = problem.telemetry_units
-        for coloc in problem.colocations:
-            structural += n * min((c.units for c in coloc.containers), default=0)
-    telemetry = sum(_telemetry_bound(topology, group[2], tele_of[group], slots) for group, slots in demand.items())
-    return structural + telemetry
+    for _structural, demand, tele in terms:
+        for group, slot, gpus in demand:
+            slots[group].append((slot, gpus))
+        tele_of |= tele
+    telemetry = sum(_telemetry_bound(topology, g[2], tele_of[g], s) for g, s in slots.items())
+    return sum(t[0] for t in terms) + telemetry
 
 
 def _slot(plan) -> int:

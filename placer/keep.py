@@ -16,7 +16,8 @@ its spec is known, the CPU and memory of its pods) are simply in use.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ class Running:
         return f"{self.namespace}/{self.name}"
 
 
-def load_running(paths: list[Path]) -> list[Running]:
+def load_running(paths: Sequence[Path]) -> list[Running]:
     """Every deployment the files describe; the same deployment in two files is an error."""
     from placer.load import parse_documents, read_text
 
@@ -156,13 +157,11 @@ class KeepPlan:
 
 def plan_keep(running: list[Running], specs: list[ServingTopology], topo: Topology) -> KeepPlan:
     """Match running deployments to specs by namespace/name; check every node and GPU exists."""
-    from placer import k8s
+    from placer.fleet import merge_usage, usage
 
     by_key = {f"{s.metadata.namespace}/{s.metadata.name}": s for s in specs}
-    release: dict[int, set[int]] = defaultdict(set)
-    busy: dict[int, list[int]] = defaultdict(list)
-    cpu: dict[int, int] = defaultdict(int)
-    mem: dict[int, int] = defaultdict(int)
+    release: dict[int, list[int]] = defaultdict(list)
+    taken: list = []  # usage of running deployments not given as specs
     kept: dict[str, Kept] = {}
     dropped: dict[str, list[str]] = {}
     untouched = []
@@ -181,18 +180,14 @@ def plan_keep(running: list[Running], specs: list[ServingTopology], topo: Topolo
         spec = by_key.get(run.key)
         if spec is None:
             untouched.append(run)
-            for (_k, pool, _i), inst in run.instances.items():
-                reqs = run.spec.pools[pool].template.resources.requests if run.spec and pool in run.spec.pools else {}
-                for pod in inst.pods:
-                    n = topo.node_by_name(pod.node).index
-                    busy[n] += pod.gpus
-                    cpu[n] += k8s.millicores(reqs.get("cpu", "0"))
-                    mem[n] += k8s.bytes_of(reqs.get("memory", "0"))
-            if run.spec is not None and run.spec.router is not None:
-                for node in run.routers.values():
-                    n = topo.node_by_name(node).index
-                    cpu[n] += k8s.millicores(run.spec.router.cpu)
-                    mem[n] += k8s.bytes_of(run.spec.router.memory)
+            if run.spec is not None and all(pool in run.spec.pools for _k, pool, _i in run.instances):
+                taken.append(usage(run.spec, topo, running_placement(run, topo.name)))
+            else:  # bare pods: their GPUs are known, their requests are not
+                gpus: dict[int, list[int]] = defaultdict(list)
+                for inst in run.instances.values():
+                    for pod in inst.pods:
+                        gpus[topo.node_by_name(pod.node).index] += pod.gpus
+                taken.append((gpus, {}, {}))
             continue
         keep, drop = {}, []
         for (k, pool, i), inst in sorted(run.instances.items()):
@@ -208,15 +203,14 @@ def plan_keep(running: list[Running], specs: list[ServingTopology], topo: Topolo
             if fits:
                 keep[(k, pool, i)] = inst
                 for pod in inst.pods:
-                    release[topo.node_by_name(pod.node).index] |= set(pod.gpus)
+                    release[topo.node_by_name(pod.node).index] += pod.gpus
             else:
                 drop.append(f"replica {k} {pool}-{i}")
         routers = {k: n for k, n in run.routers.items() if k < spec.replicas and spec.router is not None}
         kept[run.key] = Kept(keep, routers)
         if drop:
             dropped[run.key] = drop
-    nodes = [replace(n, busy=n.busy - frozenset(release[n.index])) if n.index in release else n for n in topo.nodes]
-    base = replace(topo, nodes=nodes).with_usage(busy, cpu, mem)
+    base = topo.with_released(release).with_usage(*merge_usage(taken))
     return KeepPlan(base, kept, dropped, untouched)
 
 
@@ -235,17 +229,24 @@ def _check_pods(run: Running, pods, topo: Topology) -> None:
 
 def running_placement(run: Running, cluster: str) -> Placement:
     """A running deployment as a Placement (for the checker and plan's move list)."""
-    replicas = sorted({k for k, _p, _i in run.instances} | set(run.routers))
+    return as_placement(run.name, run.namespace, cluster, run.instances, run.routers)
+
+
+def as_placement(
+    name: str,
+    namespace: str,
+    cluster: str,
+    instances: dict[tuple[int, str, int], InstancePlacement],
+    routers: dict[int, str],
+) -> Placement:
+    """Instances by (replica, pool, index) and routers by replica, as a Placement."""
+    replicas = sorted({k for k, _p, _i in instances} | set(routers))
     return Placement(
-        run.name,
-        run.namespace,
+        name,
+        namespace,
         cluster,
         tuple(
-            ReplicaPlacement(
-                k,
-                tuple(run.instances[key] for key in sorted(run.instances) if key[0] == k),
-                run.routers.get(k),
-            )
+            ReplicaPlacement(k, tuple(instances[key] for key in sorted(instances) if key[0] == k), routers.get(k))
             for k in replicas
         ),
         SolveStats("unknown"),

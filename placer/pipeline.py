@@ -4,7 +4,7 @@ load -> topology -> problem -> solve -> verify -> emit. Nothing reaches stdout f
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,7 +159,7 @@ def run_fleet(
     spec_paths: list[Path],
     cluster_path: Path,
     options: SolveOptions,
-    keep_paths: list[Path] = [],  # noqa: B006 - read only
+    keep_paths: Sequence[Path] = (),
     progress: Callable[[str], None] = lambda _m: None,
     target: str | None = None,
     nccl: bool | None = None,
@@ -220,13 +220,12 @@ def run_fleet(
 
 
 def _check_buildable(d, topo: Topology) -> None:
-    from placer.errors import InfeasibleError, InputError
-    from placer.problem import build_problem
+    from placer.errors import InputError
+    from placer.problem import check_pool_fits, eligible_nodes
 
     try:
-        build_problem(d.spec, topo)
-    except InfeasibleError:
-        pass  # not an input error: the fleet reports it as not placed
+        for name, pool in d.spec.pools.items():
+            check_pool_fits(topo, name, pool, eligible_nodes(topo, pool))
     except InputError as exc:
         raise InputError(f"{d.source}: {exc}") from None
 

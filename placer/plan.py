@@ -88,7 +88,7 @@ def plan(
         for v in rep.violations
     ]
     problems: list[Problem] = []
-    for spec, (_s, _pl) in zip(specs, before, strict=True):
+    for spec in specs:
         key = f"{spec.metadata.namespace}/{spec.metadata.name}"
         problems.append(with_kept(build_problem(spec, base), replace(keep.kept[key], hard=False)))
     for spec, source in pending:

@@ -274,7 +274,7 @@ def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
     pools: dict[str, PoolPlan] = {}
     for name, pool in spec.pools.items():
         eligible = eligible_nodes(topo, pool)
-        _check_pool_fits(topo, name, pool, eligible)
+        check_pool_fits(topo, name, pool, eligible)
         cands = _pool_candidates(topo, spec, name, pool, eligible, memo)
         reqs = pool.template.resources.requests
         pools[name] = PoolPlan(
@@ -329,7 +329,9 @@ def _unlike_domains(memo: dict) -> tuple[str, ...]:
     return tuple(sorted(d for d, f in seen.items() if len(f) > 1))
 
 
-def _check_pool_fits(topo: Topology, name: str, pool: Pool, eligible: frozenset[int]) -> None:
+def check_pool_fits(topo: Topology, name: str, pool: Pool, eligible: frozenset[int]) -> None:
+    """The input errors build_problem can raise (a pool's shape against the largest matching node): cheap,
+    so a batch checks every spec before solving any."""
     where = f"pools.{name}"
     if not eligible:
         return  # nothing matches the selector: no candidates; explained by placer.conflicts if it matters
