@@ -8,11 +8,11 @@ earlier ones left.
 Phase 1 draws the trace (``generate_trace``). Arrivals are Poisson with a daily cycle (the rate is the mean
 times ``1 + amplitude * cos(2 pi (t - peak) / 24 h)``, drawn by thinning), lifetimes are lognormal. Two
 streams: serving deployments of the fixture shapes (``SHAPES``), and a background of 1-, 2-, 4- and 8-GPU
-jobs weighted as placer.generate weights them. Rates come from target loads: the mean share of the
+jobs weighted as placer.topology.generate weights them. Rates come from target loads: the mean share of the
 cluster's GPUs each stream would keep busy if everything were admitted. The background starts 12 hours
 before the serving stream, so that at t = 0 the cluster is as full and as fragmented as it stays.
 
-Phase 2 replays the trace per policy (``replay``) on a cluster that starts empty (placer.generate with
+Phase 2 replays the trace per policy (``replay``) on a cluster that starts empty (placer.topology.generate with
 ``busy_fraction=0``). Each policy has a world of its own: its decisions change what is free later. Rules
 shared by every world:
 
@@ -22,7 +22,7 @@ shared by every world:
 - A serving deployment is placed by the policy on ``Topology.with_usage`` of what is live; one that does
   not fit is rejected, not queued. A baseline placement that breaks a hard rule of its spec (the
   checker's verdict) is admitted anyway, as that scheduler would run it, and counted as a violation.
-- Every placement is checked with ``placer.verify.check`` against its spec and the state it was placed
+- Every placement is checked with ``placer.check.verify.check`` against its spec and the state it was placed
   on; placer's must pass (checked here, the run stops otherwise).
 - A departure gives back exactly the GPUs, CPU and memory its arrival took (checked: at the end every
   world is drained and must equal the empty cluster).
@@ -59,10 +59,10 @@ sys.path.insert(0, str(ROOT))
 from bench.churn_replay import POLICIES, baseline_policy, placer_policy, replay  # noqa: E402
 from bench.churn_report import placer_version, plot, report, summary_line  # noqa: E402
 from bench.churn_trace import TraceParams, deployment_gpus, generate_trace, load_shapes, rates  # noqa: E402
-from placer.cluster import ClusterSpec  # noqa: E402
-from placer.generate import generate_cluster  # noqa: E402
-from placer.solve import SolveOptions  # noqa: E402
-from placer.topology import Topology, build_topology  # noqa: E402
+from placer.model.cluster import ClusterSpec  # noqa: E402
+from placer.solver.solve import SolveOptions  # noqa: E402
+from placer.topology.generate import generate_cluster  # noqa: E402
+from placer.topology.graph import Topology, build_topology  # noqa: E402
 
 # ---- a cluster's whole run --------------------------------------------------------------------------
 

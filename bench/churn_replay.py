@@ -15,13 +15,13 @@ from bench.churn_trace import Job
 from bench.churn_world import Usage, World, usage_of
 from bench.run import stranded_gpus
 from placer.baselines import BASELINES, run_baseline
-from placer.errors import InfeasibleError
-from placer.placement import Placement
-from placer.problem import build_problem
-from placer.solve import SolveOptions, solve
-from placer.spec import ServingTopology
-from placer.topology import Topology
-from placer.verify import Report, check
+from placer.check.verify import Report, check
+from placer.model.errors import InfeasibleError
+from placer.model.placement import Placement
+from placer.model.spec import ServingTopology
+from placer.solver.problem import build_problem
+from placer.solver.solve import SolveOptions, solve
+from placer.topology.graph import Topology
 
 POLICIES: tuple[str, ...] = ("placer", *BASELINES)
 

@@ -49,7 +49,7 @@ RULES: tuple[tuple[str, str], ...] = (
 
 
 def rule_of(violation: str) -> str:
-    """The hard rule a checker sentence is about (placer.verify words them)."""
+    """The hard rule a checker sentence is about (placer.check.verify words them)."""
     return next((name for name, words in RULES if words in violation), "other")
 
 
@@ -145,13 +145,13 @@ def _trace_section(results: list[dict], p: dict) -> list[str]:
         f"about {1 + p['amplitude']:g}× that.",
         "- Serving shapes (weight, GPUs): "
         + ", ".join(f"{s} ({w:g}, {results[0]['shape_gpus'][s]})" for s, w in p["shapes"])
-        + ". Background: 1/2/4/8 GPUs weighted 4/3/2/1 (placer.generate's mix), 2 CPUs and 16 GiB per GPU, "
+        + ". Background: 1/2/4/8 GPUs weighted 4/3/2/1 (placer.topology.generate's mix), 2 CPUs and 16 GiB per GPU, "
         "placed in every policy's world by one rule: count-only bin-pack on one node (fewest free GPUs that "
         "fit, first by name, lowest GPU indices).",
         "- A serving deployment that does not fit is rejected, not queued. A baseline placement that breaks "
         "a hard rule is admitted (that scheduler would run it) and counted in 'broke a rule'. Every "
-        "placement is checked by `placer.verify.check` on the state it was placed on.",
-        "- Clusters: generated DGX H100 (`placer.generate`, 8 GPUs per node, 4 nodes per rack, 32 per leaf, "
+        "placement is checked by `placer.check.verify.check` on the state it was placed on.",
+        "- Clusters: generated DGX H100 (`placer.topology.generate`, 8 GPUs per node, 4 nodes per rack, 32 per leaf, "
         "2:1 spine), empty at the start (busy_fraction 0), telemetry on a fifth of the nodes.",
         "",
         "| cluster | seed | serving lifetime median | serving / h (mean) | background / h (mean) | serving offered "

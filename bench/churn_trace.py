@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from placer.generate import JOB_SIZES, JOB_WEIGHTS
-from placer.load import load_spec
-from placer.spec import ServingTopology
+from placer.model.load import load_spec
+from placer.model.spec import ServingTopology
+from placer.topology.generate import JOB_SIZES, JOB_WEIGHTS
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from placer import k8s
-from placer.placement import Placement
-from placer.spec import ServingTopology
-from placer.topology import Topology
+from placer.model import k8s
+from placer.model.placement import Placement
+from placer.model.spec import ServingTopology
+from placer.topology.graph import Topology
 
 BACKGROUND_CPU_M_PER_GPU = 2000
 BACKGROUND_MEMORY_PER_GPU = 16 * 2**30

@@ -4,7 +4,7 @@
                                              # writes bench/FLEET.md (~4 min on 2 cores)
     python bench/fleet.py --quick --out /tmp/f.md     # smoke test: 1 seed, 2,048 GPUs, 20 topologies
 
-Per seed: one DGX H100 cluster from placer.generate (30-60 % busy with 1-8 GPU background jobs, the same
+Per seed: one DGX H100 cluster from placer.topology.generate (30-60 % busy with 1-8 GPU background jobs, the same
 generator bench/run.py uses) and a seeded mix of ServingTopology specs built from the fixture shapes
 (disaggregated prefill TP8 + decode TP4 with a KV bandwidth floor; aggregated TP2, TP4, TP8; TP16 over two
 nodes) in three priority tiers, written one file per spec into a temporary directory. The batch is placed
@@ -38,9 +38,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from placer.generate import dump_cluster_yaml, generate_cluster  # noqa: E402
 from placer.pipeline import run_fleet  # noqa: E402
-from placer.solve import SolveOptions  # noqa: E402
+from placer.solver.solve import SolveOptions  # noqa: E402
+from placer.topology.generate import dump_cluster_yaml, generate_cluster  # noqa: E402
 
 TARGET_WALL_S = 30.0
 TARGET_GAP = 0.01
@@ -343,7 +343,7 @@ def report(rows: list[Row], args: argparse.Namespace, gpus: int, count: int, com
         "nice -n 19 .venv/bin/python bench/fleet.py --quick --out /tmp/fleet.md   # smoke test, seconds",
         "```",
         "",
-        f'Per seed: the DGX H100 cluster from `placer.generate.generate_cluster("dgx-h100", {gpus}, seed)` '
+        f'Per seed: the DGX H100 cluster from `placer.topology.generate.generate_cluster("dgx-h100", {gpus}, seed)` '
         "(30-60 % busy with 1-8 GPU background jobs, drawn per seed) and "
         f"{count} ServingTopology specs drawn with `random.Random(seed)` from the fixture shapes: "
         + ", ".join(f"{round(s * 100)} % {k}" for k, s in MIX)
@@ -423,7 +423,7 @@ def _meaning(rows: list[Row], walls: list[float], gaps: list[float], limit: floa
     out = [
         "## What the numbers mean",
         "",
-        "The batch is not one joint optimisation. `placer.fleet.solve_fleet` goes through the priority tiers, "
+        "The batch is not one joint optimisation. `placer.solver.fleet.solve_fleet` goes through the priority tiers, "
         "highest `scheduling.priority` first. Inside a tier it places the deployments one after another (the "
         "largest, by GPUs, first, then by name), each solved exactly for itself - the same staged CP-SAT model as "
         "a single `placer solve` (replicas, then preferred-level misses, then cost) - on the cluster less what "
@@ -441,7 +441,7 @@ def _meaning(rows: list[Row], walls: list[float], gaps: list[float], limit: floa
         "",
         "'cost' (`FleetResult.cost`) is the sum of the placed deployments' costs as the independent checker "
         "recomputes them (`run_fleet` sets it). 'lower "
-        "bound' is `placer.fleet.fleet_bound`: a bound on the cost of placing the *same placed replicas* all "
+        "bound' is `placer.solver.fleet.fleet_bound`: a bound on the cost of placing the *same placed replicas* all "
         "together, however arranged - every instance at its cheapest candidate domain (all-reduce) and every "
         "replica at its cheapest KV container, both on the cluster before any of them was placed (where a "
         "deployment has more preferred-level misses than it must, its instances at their cheapest candidate at "

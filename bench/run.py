@@ -4,7 +4,7 @@
     python bench/run.py --seeds 2 --sizes 128,144 --out /tmp/r.md     # a quick look
 
 Clusters: DGX H100 style at 128, 1,024 and 10,000 GPUs and GB200 NVL72 style at 144, 1,008 and 10,008 GPUs,
-30-60 % busy with 1-8 GPU background jobs (placer.generate), one cluster per seed. Specs: the bundled
+30-60 % busy with 1-8 GPU background jobs (placer.topology.generate), one cluster per seed. Specs: the bundled
 Llama-70B disaggregated spec, the large one (8xTP8 + 16xTP4 per replica, 4 replicas spread across racks)
 and the TP16 multi-node one.
 
@@ -34,14 +34,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from placer.baselines import BASELINES, run_all  # noqa: E402
-from placer.explain import preferred_misses  # noqa: E402
-from placer.generate import dump_cluster_yaml, generate_cluster  # noqa: E402
-from placer.load import load_cluster, load_spec  # noqa: E402
-from placer.placement import Placement  # noqa: E402
-from placer.record import PlacementRecord  # noqa: E402
-from placer.spec import ServingTopology  # noqa: E402
-from placer.topology import Topology, build_topology  # noqa: E402
-from placer.verify import Report, check  # noqa: E402
+from placer.check.verify import Report, check  # noqa: E402
+from placer.explain.explanation import preferred_misses  # noqa: E402
+from placer.model.load import load_cluster, load_spec  # noqa: E402
+from placer.model.placement import Placement  # noqa: E402
+from placer.model.record import PlacementRecord  # noqa: E402
+from placer.model.spec import ServingTopology  # noqa: E402
+from placer.topology.generate import dump_cluster_yaml, generate_cluster  # noqa: E402
+from placer.topology.graph import Topology, build_topology  # noqa: E402
 
 STYLES = {"dgx-h100": (128, 1024, 10_000), "gb200-nvl72": (144, 1008, 10_008)}
 SPECS = ("llama-70b-disagg", "llama-70b-large", "tp16-multinode")

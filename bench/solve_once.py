@@ -8,10 +8,10 @@ import resource
 import sys
 from pathlib import Path
 
-from placer.emit import placement_text, write_atomic
-from placer.errors import InfeasibleError, PlacerError
+from placer.emit.manifests import placement_text, write_atomic
+from placer.model.errors import InfeasibleError, PlacerError
 from placer.pipeline import run_solve
-from placer.solve import SolveOptions
+from placer.solver.solve import SolveOptions
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ The pipeline, one module per stage::
 
     load -> topology -> cost -> problem -> cpsat/ (via solve) -> verify -> emit / explain
 
-Import OR-Tools only inside :mod:`placer.solve` so that ``placer --help`` stays fast.
+Import OR-Tools only inside :mod:`placer.solver.solve` so that ``placer --help`` stays fast.
 """
 
 __version__ = "0.1.0"

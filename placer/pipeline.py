@@ -8,13 +8,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from placer.errors import VerificationError
-from placer.placement import Placement
-from placer.problem import Problem
-from placer.solve import SolveOptions
-from placer.spec import ServingTopology
-from placer.topology import Topology
-from placer.verify import Report
+from placer.check.verify import Report
+from placer.model.errors import VerificationError
+from placer.model.placement import Placement
+from placer.model.spec import ServingTopology
+from placer.solver.problem import Problem
+from placer.solver.solve import SolveOptions
+from placer.topology.graph import Topology
 
 
 @dataclass
@@ -26,12 +26,12 @@ class SolveResult:
     manifests: list[dict]
 
     def yaml(self) -> str:
-        from placer.emit import to_yaml
+        from placer.emit.manifests import to_yaml
 
         return to_yaml(self.manifests)
 
     def json(self) -> str:
-        from placer.emit import to_json_list
+        from placer.emit.manifests import to_json_list
 
         return to_json_list(self.manifests)
 
@@ -59,10 +59,10 @@ def run_solve(
 ) -> SolveResult:
     """``target`` / ``nccl`` choose the manifests (emit.build_manifests; default: coscheduling);
     ``namespace`` replaces the spec's, so objects, the record and the spec annotation all carry it."""
-    from placer.emit import build_manifests
-    from placer.load import load_cluster, load_spec
-    from placer.solve import solve
-    from placer.targets import DEFAULT_TARGET
+    from placer.emit.manifests import build_manifests
+    from placer.emit.targets import DEFAULT_TARGET
+    from placer.model.load import load_cluster, load_spec
+    from placer.solver.solve import solve
 
     times: dict[str, float] = {}
     t = time.perf_counter()
@@ -95,7 +95,7 @@ def run_solve(
 def verify_placement(spec: ServingTopology, topo: Topology, placement: Placement) -> Report:
     """Run the independent checker; refuse to go on if it finds anything. The reported objective becomes
     the checker's recomputation; 'optimal' is kept only if it equals what the solver optimised."""
-    from placer.verify import check
+    from placer.check.verify import check
 
     report = check(spec, topo, placement)
     if not report.ok:
@@ -119,10 +119,10 @@ def verify_placement(spec: ServingTopology, topo: Topology, placement: Placement
 
 def build_inputs(spec_path: Path, spec: ServingTopology, cluster_path: Path, cluster) -> tuple[Topology, Problem]:
     """Topology and problem; input errors found here are attributed to their file and line."""
-    from placer.errors import InputError
-    from placer.load import locate
-    from placer.problem import build_problem
-    from placer.topology import build_topology
+    from placer.model.errors import InputError
+    from placer.model.load import locate
+    from placer.solver.problem import build_problem
+    from placer.topology.graph import build_topology
 
     try:
         topo = build_topology(cluster)
@@ -138,19 +138,19 @@ def build_inputs(spec_path: Path, spec: ServingTopology, cluster_path: Path, clu
 class FleetSolveResult:
     """A batch: what was placed (with the checker's report and manifests each) and what was not."""
 
-    fleet: object  # placer.fleet.FleetResult
+    fleet: object  # placer.solver.fleet.FleetResult
     topology: Topology  # the cluster as the solver saw it (kept GPUs free, untouched deployments busy)
     reports: list[Report]  # per placed deployment, in fleet.placed order
     manifests: list[dict]  # every placed deployment's objects, in the order the specs were given
     notes: list[str]
 
     def yaml(self) -> str:
-        from placer.emit import to_yaml
+        from placer.emit.manifests import to_yaml
 
         return to_yaml(self.manifests)
 
     def json(self) -> str:
-        from placer.emit import to_json_list
+        from placer.emit.manifests import to_json_list
 
         return to_json_list(self.manifests)
 
@@ -167,13 +167,13 @@ def run_fleet(
 ) -> FleetSolveResult:
     """Several specs (files, multi-document files, directories) and what already runs (``keep_paths``)
     placed on one cluster: load -> topology -> keep -> fleet solve -> verify all together -> emit."""
-    from placer.emit import build_manifests
-    from placer.errors import InputError
-    from placer.fleet import Deployment, check_unique, solve_fleet
-    from placer.keep import load_running, plan_keep
-    from placer.load import load_cluster, load_specs, locate
-    from placer.targets import DEFAULT_TARGET
-    from placer.topology import build_topology
+    from placer.emit.manifests import build_manifests
+    from placer.emit.targets import DEFAULT_TARGET
+    from placer.model.errors import InputError
+    from placer.model.load import load_cluster, load_specs, locate
+    from placer.solver.fleet import Deployment, check_unique, solve_fleet
+    from placer.solver.keep import load_running, plan_keep
+    from placer.topology.graph import build_topology
 
     given = [item for p in spec_paths for item in load_specs(p)]
     if namespace is not None:
@@ -220,8 +220,8 @@ def run_fleet(
 
 
 def _check_buildable(d, topo: Topology) -> None:
-    from placer.errors import InputError
-    from placer.problem import check_pool_fits, eligible_nodes
+    from placer.model.errors import InputError
+    from placer.solver.problem import check_pool_fits, eligible_nodes
 
     try:
         for name, pool in d.spec.pools.items():
@@ -240,7 +240,7 @@ def verify_fleet(topo: Topology, placed: list[tuple[ServingTopology, Placement]]
 
 def check_fleet(topo: Topology, placed: list[tuple[ServingTopology, Placement]]) -> list[Report]:
     """verify_fleet's checks without refusing: for states placer did not make (what runs, in plan)."""
-    from placer.verify import check
+    from placer.check.verify import check
 
     return [check(spec, t, pl) for (spec, pl), t in zip(placed, _others_taken(topo, placed), strict=True)]
 
@@ -263,7 +263,7 @@ def _claim_once(placed: list[tuple[ServingTopology, Placement]]) -> None:
 
 def _others_taken(topo: Topology, placed: list[tuple[ServingTopology, Placement]]) -> list[Topology]:
     """Per placement, the cluster with every other placement's GPUs, CPU and memory taken."""
-    from placer.fleet import merge_usage, usage
+    from placer.solver.fleet import merge_usage, usage
 
     taken = [usage(spec, topo, pl) for spec, pl in placed]
     return [topo.with_usage(*merge_usage([t for j, t in enumerate(taken) if j != i])) for i in range(len(placed))]

@@ -21,18 +21,18 @@ from hypothesis import strategies as st
 
 from placer.baselines import BASELINES, BaselineResult, exhaustive, run_all, run_baseline
 from placer.baselines._common import Context, place_replicas
-from placer.cluster import ClusterSpec
-from placer.errors import InfeasibleError, InputError, VerificationError
-from placer.generate import generate_cluster
-from placer.levels import LEVEL_RANK
-from placer.load import load_cluster, load_spec
+from placer.check.verify import Report, check
+from placer.model.cluster import ClusterSpec
+from placer.model.errors import InfeasibleError, InputError, VerificationError
+from placer.model.levels import LEVEL_RANK
+from placer.model.load import load_cluster, load_spec
+from placer.model.placement import Placement
+from placer.model.spec import ServingTopology
 from placer.pipeline import verify_placement
-from placer.placement import Placement
-from placer.problem import build_problem
-from placer.solve import SolveOptions, solve
-from placer.spec import ServingTopology
-from placer.topology import Topology, build_topology
-from placer.verify import Report, check
+from placer.solver.problem import build_problem
+from placer.solver.solve import SolveOptions, solve
+from placer.topology.generate import generate_cluster
+from placer.topology.graph import Topology, build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "fixtures" / "specs").glob("*.yaml"))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from placer.solve import SolveOptions
-from placer.verify import check
+from placer.check.verify import check
+from placer.solver.solve import SolveOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # bench/ is scripts, not an installed package: import it as its scripts do

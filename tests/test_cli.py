@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 import placer
-from placer.load import load_cluster
-from placer.topology import build_topology
+from placer.model.load import load_cluster
+from placer.topology.graph import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "fixtures" / "specs"

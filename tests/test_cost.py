@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from placer import cost
-from placer.cost import PathFigures
+from placer.topology import cost
+from placer.topology.cost import PathFigures
 
 NVLINK = PathFigures(900.0, 1.0, "node")
 LEAF = PathFigures(50.0, 2.0, "leaf")

@@ -13,15 +13,15 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_solver_properties import cluster_document
 
-from placer.cluster import ClusterSpec
-from placer.decompose import lower_bound, partition, split_of
-from placer.errors import InputError
-from placer.load import load_cluster, load_spec
-from placer.problem import build_problem
-from placer.solve import SolveOptions, Unplaceable, search, solve
-from placer.spec import ServingTopology
-from placer.topology import build_topology
-from placer.verify import check
+from placer.check.verify import check
+from placer.model.cluster import ClusterSpec
+from placer.model.errors import InputError
+from placer.model.load import load_cluster, load_spec
+from placer.model.spec import ServingTopology
+from placer.solver.decompose import lower_bound, partition, split_of
+from placer.solver.problem import build_problem
+from placer.solver.solve import SolveOptions, Unplaceable, search, solve
+from placer.topology.graph import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"
@@ -161,7 +161,7 @@ def test_by_domain_equals_one_model(case):
     except Unplaceable as exc:
         assert exc.proven
         whole = None
-    from placer.decompose import solve_by_domain
+    from placer.solver.decompose import solve_by_domain
 
     try:
         parts = solve_by_domain(problem, split_of(problem), SolveOptions(), time.perf_counter() + 60)

@@ -11,20 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from placer import cost
-from placer.conflicts import explain_infeasible
-from placer.emit import build_manifests, placement_text, to_yaml
-from placer.errors import InfeasibleError, InputError
-from placer.explain import explain_placement, to_json
-from placer.explain_view import gpu_ranges, render
-from placer.load import load_cluster, load_spec
-from placer.placement import Pod
-from placer.problem import build_problem
-from placer.record import load_placed
-from placer.solve import SolveOptions, solve
-from placer.spec import ServingTopology
-from placer.topology import build_topology
-from placer.verify import check
+from placer.check.verify import check
+from placer.emit.manifests import build_manifests, placement_text, to_yaml
+from placer.explain.explanation import explain_placement, to_json
+from placer.explain.view import gpu_ranges, render
+from placer.model.errors import InfeasibleError, InputError
+from placer.model.load import load_cluster, load_spec
+from placer.model.placement import Pod
+from placer.model.record import load_placed
+from placer.model.spec import ServingTopology
+from placer.solver.conflicts import explain_infeasible
+from placer.solver.problem import build_problem
+from placer.solver.solve import SolveOptions, solve
+from placer.topology import cost
+from placer.topology.graph import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "fixtures" / "specs"

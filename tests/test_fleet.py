@@ -11,16 +11,16 @@ import pytest
 import yaml
 from test_cli import run
 
-from placer.errors import InputError
-from placer.fleet import Deployment, solve_fleet
-from placer.keep import load_running, plan_keep, records_text
-from placer.load import load_cluster, load_spec, load_specs
+from placer.model.errors import InputError
+from placer.model.load import load_cluster, load_spec, load_specs
+from placer.model.placement import Pod
+from placer.model.spec import ServingTopology
 from placer.pipeline import run_fleet, verify_fleet
-from placer.placement import Pod
-from placer.plan import plan
-from placer.solve import SolveOptions
-from placer.spec import ServingTopology
-from placer.topology import build_topology
+from placer.solver.fleet import Deployment, solve_fleet
+from placer.solver.keep import load_running, plan_keep, records_text
+from placer.solver.plan import plan
+from placer.solver.solve import SolveOptions
+from placer.topology.graph import build_topology
 
 FIX = Path(__file__).parent.parent / "fixtures"
 DGX = FIX / "clusters" / "dgx-h100-1024.yaml"
@@ -129,7 +129,7 @@ def test_batch_never_double_books_and_the_checker_sees_a_forged_overlap(tmp_path
         for g in p.gpus
     ]
     assert len(used) == len(set(used)) == 24
-    from placer.errors import VerificationError
+    from placer.model.errors import VerificationError
 
     placed = [(p.deployment.spec, p.placement) for p in res.fleet.placed]
     with pytest.raises(VerificationError, match="given to both"):

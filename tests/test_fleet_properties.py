@@ -16,14 +16,14 @@ from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 from test_solver_properties import clusters, specs
 
-from placer.cluster import ClusterSpec
-from placer.cpsat.model import PlacementModel, post_capacity
-from placer.fleet import Deployment, fleet_bound, solve_fleet
+from placer.model.cluster import ClusterSpec
+from placer.model.spec import ServingTopology
 from placer.pipeline import verify_fleet
-from placer.problem import build_problem
-from placer.solve import SolveOptions
-from placer.spec import ServingTopology
-from placer.topology import build_topology
+from placer.solver.cpsat.model import PlacementModel, post_capacity
+from placer.solver.fleet import Deployment, fleet_bound, solve_fleet
+from placer.solver.problem import build_problem
+from placer.solver.solve import SolveOptions
+from placer.topology.graph import build_topology
 
 OPTS = SolveOptions(time_limit_s=20, explain=False)
 

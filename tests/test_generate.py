@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placer.cluster import ClusterSpec
-from placer.generate import STYLES, dump_cluster_yaml, generate_cluster
-from placer.load import load_cluster
-from placer.topology import build_topology
+from placer.model.cluster import ClusterSpec
+from placer.model.load import load_cluster
+from placer.topology.generate import STYLES, dump_cluster_yaml, generate_cluster
+from placer.topology.graph import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 UNIT = {"dgx-h100": 8, "gb200-nvl72": 72, "mixed": 32}  # GPUs are rounded up to whole units

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from placer.load import load_cluster
+from placer.model.load import load_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "tests" / "data" / "samples"

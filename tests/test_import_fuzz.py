@@ -15,7 +15,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placer.errors import InputError
 from placer.importers.aws_topology import parse_instance_topology
 from placer.importers.k8s_nodes import parse_nodes
 from placer.importers.k8s_pods import parse_pods
@@ -25,6 +24,7 @@ from placer.importers.nccl_xml import parse_nccl_xml
 from placer.importers.run import ImportOptions, merge_sources
 from placer.importers.slurm import parse_slurm
 from placer.importers.topo_matrix import parse_topo_matrix
+from placer.model.errors import InputError
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

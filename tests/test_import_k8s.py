@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from placer.errors import InputError
 from placer.importers.k8s_nodes import (
     CLIQUE,
     MEMORY_MIB,
@@ -21,6 +20,7 @@ from placer.importers.k8s_nodes import (
     parse_nodes,
 )
 from placer.importers.k8s_pods import parse_pods
+from placer.model.errors import InputError
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
 

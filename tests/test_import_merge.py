@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from placer.errors import InputError
 from placer.importers.document import dump_cluster
 from placer.importers.run import ImportOptions, ImportResult, import_cluster
-from placer.load import load_cluster
+from placer.model.errors import InputError
+from placer.model.load import load_cluster
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
 H200 = str(SAMPLES / "hgx-h200-12nic-topo-m.txt")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from placer.errors import InputError
 from placer.importers.aws_topology import parse_instance_topology
 from placer.importers.nccl_tests import parse_nccl_tests
 from placer.importers.slurm import expand_hostlist, parse_slurm
+from placer.model.errors import InputError
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from placer.errors import InputError
 from placer.importers import hardware as hw
 from placer.importers.nccl_xml import parse_nccl_xml
+from placer.model.errors import InputError
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from placer.errors import InputError
 from placer.importers.run import ImportOptions, import_cluster
+from placer.model.errors import InputError
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
 H200 = SAMPLES / "hgx-h200-12nic-topo-m.txt"

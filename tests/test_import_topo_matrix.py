@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from placer.errors import InputError
 from placer.importers import hardware as hw
 from placer.importers.topo_matrix import parse_topo_matrix
+from placer.model.errors import InputError
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
 TOPO_FILES = [

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import placer
-import placer.load
-from placer.errors import InputError
-from placer.load import load_cluster, load_spec
+import placer.model.load
+from placer.model.errors import InputError
+from placer.model.load import load_cluster, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 INVALID = ROOT / "tests" / "data" / "invalid"
@@ -88,12 +88,12 @@ def test_invalid_input_exits_2(name: str, command: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("loader, path", [(load_spec, GOOD_SPEC), (load_cluster, GOOD_CLUSTER)])
 def test_size_limit(loader, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     size = path.stat().st_size
-    monkeypatch.setattr(placer.load, "MAX_BYTES", size - 1)
+    monkeypatch.setattr(placer.model.load, "MAX_BYTES", size - 1)
     with pytest.raises(InputError) as info:
         loader(path)
     message = str(info.value)
     assert str(path) in message and f"{size} bytes" in message and "input limit" in message
-    monkeypatch.setattr(placer.load, "MAX_BYTES", size)  # the limit itself is allowed
+    monkeypatch.setattr(placer.model.load, "MAX_BYTES", size)  # the limit itself is allowed
     loader(path)
 
 

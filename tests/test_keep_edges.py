@@ -10,11 +10,11 @@ import yaml
 from test_cli import run
 from test_fleet import OPTS, _cluster, _spec_doc, _write_specs, leaf_cluster
 
-from placer.keep import load_running, records_text
-from placer.load import load_cluster, load_specs
+from placer.model.load import load_cluster, load_specs
 from placer.pipeline import run_fleet
-from placer.plan import plan
-from placer.topology import build_topology
+from placer.solver.keep import load_running, records_text
+from placer.solver.plan import plan
+from placer.topology.graph import build_topology
 
 
 def _record(tmp_path: Path, cluster: Path, doc: dict, name: str = "rec.yaml") -> Path:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from placer.pipeline import run_solve
-from placer.solve import SolveOptions
+from placer.solver.solve import SolveOptions
 
 K8S_VERSION = "1.33"
 PODGROUP_SCHEMA = json.loads(Path("tests/data/crds/podgroup.scheduling.x-k8s.io.v1alpha1.json").read_text())
@@ -117,7 +117,7 @@ def test_spec_values_cannot_inject_documents(tmp_path):
 
 def test_default_target_is_coscheduling_without_nccl(solved):
     """The default output is the coscheduling target's, with no NCCL env (unchanged since before --target)."""
-    from placer.emit import build_manifests
+    from placer.emit.manifests import build_manifests
 
     explicit = build_manifests(solved.spec, solved.topology, solved.placement, solved.report, target="coscheduling")
     assert solved.manifests == explicit

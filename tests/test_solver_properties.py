@@ -3,7 +3,7 @@ independent checker, and on tiny ones it matches a brute-force optimum found wit
 
 The brute force shares nothing with the model: it enumerates how many GPUs each instance takes from each
 unit (a CPU socket of a PCIe node, or a whole NVLink node; GPUs inside a unit are interchangeable), every
-router node, and asks placer.verify.check whether the result is valid and what it costs. The lexicographic
+router node, and asks placer.check.verify.check whether the result is valid and what it costs. The lexicographic
 goal is the product's: most replicas, then fewest preferred-level misses, then least cost.
 """
 
@@ -15,15 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placer.cluster import ClusterSpec
-from placer.errors import InfeasibleError, InputError
-from placer.levels import LEVEL_RANK
-from placer.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
-from placer.problem import build_problem
-from placer.solve import SolveOptions, solve
-from placer.spec import ServingTopology
-from placer.topology import build_topology
-from placer.verify import check
+from placer.check.verify import check
+from placer.model.cluster import ClusterSpec
+from placer.model.errors import InfeasibleError, InputError
+from placer.model.levels import LEVEL_RANK
+from placer.model.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
+from placer.model.spec import ServingTopology
+from placer.solver.problem import build_problem
+from placer.solver.solve import SolveOptions, solve
+from placer.topology.graph import build_topology
 
 LEVELS = ["node", "nvlink-domain", "rack", "spine"]
 
@@ -246,7 +246,7 @@ def test_matches_brute_force_on_tiny_clusters(cluster_d, spec_d):
 def test_same_input_same_placement(cluster):
     from pathlib import Path
 
-    from placer.load import load_cluster, load_spec
+    from placer.model.load import load_cluster, load_spec
 
     spec = load_spec(Path("fixtures/specs/llama-70b-disagg.yaml"))
     topo = build_topology(load_cluster(Path(f"fixtures/clusters/{cluster}.yaml")))

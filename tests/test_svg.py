@@ -1,4 +1,4 @@
-"""``placer.svg.render_svg``: well-formed, every placed GPU drawn once in its instance's colour (a shade of
+"""``placer.explain.svg.render_svg``: well-formed, every placed GPU drawn once in its instance's colour (a shade of
 its pool's hue), busy GPUs grey, routers marked, one KV-path highlight per replica with a transfer (labelled
 with the report's link class and GB/s), hostile names escaped, same bytes twice, and big clusters summarised
 so the file stays small."""
@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from placer import svg
-from placer.cluster import ClusterSpec
-from placer.generate import dump_cluster_yaml, generate_cluster
-from placer.load import load_spec
+from placer.check.verify import check
+from placer.explain import svg
+from placer.explain.svg import instance_colours, pool_colour, render_svg
+from placer.model.cluster import ClusterSpec
+from placer.model.load import load_spec
+from placer.model.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
 from placer.pipeline import SolveResult, run_solve
-from placer.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
-from placer.solve import SolveOptions
-from placer.svg import instance_colours, pool_colour, render_svg
-from placer.topology import build_topology
-from placer.verify import check
+from placer.solver.solve import SolveOptions
+from placer.topology.generate import dump_cluster_yaml, generate_cluster
+from placer.topology.graph import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS, CLUSTERS = ROOT / "fixtures" / "specs", ROOT / "fixtures" / "clusters"

@@ -18,16 +18,16 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from placer.emit import build_manifests, placement_text, to_json_list, to_yaml
-from placer.errors import InputError
-from placer.explain import explain_placement, to_json
-from placer.load import load_cluster, load_spec
+from placer.emit.manifests import build_manifests, placement_text, to_json_list, to_yaml
+from placer.emit.targets import TARGETS
+from placer.explain.explanation import explain_placement, to_json
+from placer.model.errors import InputError
+from placer.model.load import load_cluster, load_spec
+from placer.model.record import load_placed
 from placer.pipeline import verify_placement
-from placer.problem import build_problem
-from placer.record import load_placed
-from placer.solve import SolveOptions, solve
-from placer.targets import TARGETS
-from placer.topology import build_topology
+from placer.solver.problem import build_problem
+from placer.solver.solve import SolveOptions, solve
+from placer.topology.graph import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 CRDS = ROOT / "tests" / "data" / "crds"

@@ -13,16 +13,16 @@ import pytest
 import yaml
 from test_cli import AGG, SMALL, run
 
-from placer.emit import build_manifests, to_yaml
-from placer.errors import InputError
-from placer.load import load_cluster, load_spec
+from placer.emit.manifests import build_manifests, to_yaml
+from placer.emit.targets import TARGETS, dra
+from placer.emit.targets.nccl import instance_settings
+from placer.model.errors import InputError
+from placer.model.load import load_cluster, load_spec
+from placer.model.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
+from placer.model.record import load_placed
+from placer.model.spec import ServingTopology
 from placer.pipeline import verify_placement
-from placer.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
-from placer.record import load_placed
-from placer.spec import ServingTopology
-from placer.targets import TARGETS, dra
-from placer.targets.nccl import instance_settings
-from placer.topology import build_topology
+from placer.topology.graph import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTERS = ROOT / "fixtures" / "clusters"
@@ -156,8 +156,8 @@ def test_dra_selector_admits_exactly_the_planned_gpus():
 @pytest.fixture(scope="module")
 def agg_small():
     spec = load_spec(AGG)
-    from placer.problem import build_problem
-    from placer.solve import SolveOptions, solve
+    from placer.solver.problem import build_problem
+    from placer.solver.solve import SolveOptions, solve
 
     placement = solve(build_problem(spec, SMALL_TOPO), SolveOptions())
     return spec, placement, verify_placement(spec, SMALL_TOPO, placement)
@@ -198,7 +198,7 @@ def test_lws_refuses_workers_of_unequal_size(agg_small):
         (ReplicaPlacement(0, (odd,), None),),
         SolveStats("feasible"),
     )
-    from placer.verify import check
+    from placer.check.verify import check
 
     with pytest.raises(InputError, match=r"pods asking for \[1, 2, 3\] GPUs"):
         build_manifests(spec, SMALL_TOPO, bent, check(spec, SMALL_TOPO, bent), target="lws")

@@ -2,8 +2,8 @@
 
 Each baseline is a small strategy module (PyVRP style) that places replica after replica, each
 all-or-nothing, on ``Topology`` directly; this module runs it, turns its pods into a ``Placement`` in the
-solver's form, and hands that to ``placer.verify.check`` for its violations and its cost under the shared
-cost model (placer.cost). So a baseline's cost and placer's are comparable exactly, and what a baseline
+solver's form, and hands that to ``placer.check.verify.check`` for its violations and its cost under the shared
+cost model (placer.topology.cost). So a baseline's cost and placer's are comparable exactly, and what a baseline
 breaks (a transfer floor, a packing level) is said in the checker's words.
 
 ============== ================================================= ==========================================
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 from placer.baselines import count_only, exhaustive, kueue_bestfit
 from placer.baselines._common import Context, PlaceReplica, place_replicas
-from placer.placement import Placement, SolveStats
-from placer.spec import ServingTopology
-from placer.topology import Topology
-from placer.verify import Report, check
+from placer.check.verify import Report, check
+from placer.model.placement import Placement, SolveStats
+from placer.model.spec import ServingTopology
+from placer.topology.graph import Topology
 
 DEFAULT_MAX_COMBINATIONS = 2_000_000
 
@@ -52,7 +52,7 @@ class BaselineResult:
         When placed: the solver's form, ``stats.solver`` = ``name``, ``stats.status`` ``feasible`` when the
         checker finds nothing wrong and ``infeasible`` when it does, ``stats.objective`` the checker's cost.
     report : Report or None
-        When placed: ``placer.verify.check(spec, topo, placement)``, its violations and its cost.
+        When placed: ``placer.check.verify.check(spec, topo, placement)``, its violations and its cost.
     note : str
         One line: why no-fit or gave-up, or what it did.
     seconds : float

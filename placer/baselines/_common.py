@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from placer import k8s
-from placer.levels import LEVEL_RANK, LEVELS
-from placer.placement import InstancePlacement, Pod, ReplicaPlacement
-from placer.problem import eligible_nodes
-from placer.spec import ServingTopology
-from placer.topology import Topology
+from placer.model import k8s
+from placer.model.levels import LEVEL_RANK, LEVELS
+from placer.model.placement import InstancePlacement, Pod, ReplicaPlacement
+from placer.model.spec import ServingTopology
+from placer.solver.problem import eligible_nodes
+from placer.topology.graph import Topology
 
 Gpus = list[tuple[int, list[int]]]  # (node index, GPU indices) per pod
 

@@ -1,6 +1,6 @@
 """The exhaustive enumerator of the Dynamo write-up: for each TP group in turn, every combination of
 TP-degree free GPUs within each domain at the pool's required level, costed with the shared cost model
-(placer.cost: all-reduce per forward pass plus telemetry, the terms that belong to one group); the lowest
+(placer.topology.cost: all-reduce per forward pass plus telemetry, the terms that belong to one group); the lowest
 cost wins, ties to the first domain in canonical order and the first combination.
 
 Phase 1 counts the combinations up front with ``math.comb`` (an upper bound: free GPUs only shrink as
@@ -21,10 +21,10 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from placer import cost
 from placer.baselines._common import Context, Gpus, NoFit, PoolDemand, State, gib
-from placer.levels import LEVEL_WORDS
-from placer.verify import steiner_figures
+from placer.check.verify import steiner_figures
+from placer.model.levels import LEVEL_WORDS
+from placer.topology import cost
 
 
 class GaveUp(Exception):

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from placer.baselines._common import Context, Gpus, NoFit, State
-from placer.levels import LEVEL_WORDS
+from placer.model.levels import LEVEL_WORDS
 
 UNBOUNDED = 1 << 30  # pods that fit when a pod asks for nothing of a resource
 

@@ -30,7 +30,7 @@ app.add_typer(cluster.app, name="cluster")
 
 
 def main() -> None:
-    from placer.errors import InfeasibleError, PlacerError
+    from placer.model.errors import InfeasibleError, PlacerError
 
     try:
         # Without standalone mode click returns the code of a typer.Exit instead of raising it.

@@ -28,8 +28,8 @@ def generate_command(
 
     placer cluster generate --style dgx-h100 --gpus 10000 --seed 1 -o dgx-10k.yaml
     """
-    from placer.errors import InputError
-    from placer.generate import dump_cluster_yaml, generate_cluster
+    from placer.model.errors import InputError
+    from placer.topology.generate import dump_cluster_yaml, generate_cluster
 
     try:
         text = dump_cluster_yaml(generate_cluster(style, gpus, seed, busy_fraction=busy))
@@ -38,7 +38,7 @@ def generate_command(
     if out is None:
         sys.stdout.write(text)
     else:
-        from placer.emit import write_atomic
+        from placer.emit.manifests import write_atomic
 
         write_atomic(out, text)
         print(f"wrote {out}", file=sys.stderr)
@@ -96,9 +96,9 @@ def import_command(
 
     The cluster YAML goes to --out (or stdout); the summary goes to stderr. See docs/IMPORT.md.
     """
-    from placer.errors import InputError
     from placer.importers.document import dump_cluster
     from placer.importers.run import ImportOptions, import_cluster
+    from placer.model.errors import InputError
 
     if out is not None and not out.parent.resolve().is_dir():
         raise InputError(f"--out {out}: directory {out.parent} does not exist")
@@ -130,7 +130,7 @@ def import_command(
     if out is None:
         sys.stdout.write(text)
     else:
-        from placer.emit import write_atomic
+        from placer.emit.manifests import write_atomic
 
         write_atomic(out, text)
         if not quiet:
@@ -147,10 +147,10 @@ def show_command(
     Busy and free GPUs per product, domains as named in the file and as the solver keeps them, measured
     overrides, and the fields left at their defaults; --json for machine output.
     """
-    from placer.errors import InputError
     from placer.importers.summary import console_width, render_summary, summarize
-    from placer.load import load_cluster, locate
-    from placer.topology import build_topology
+    from placer.model.errors import InputError
+    from placer.model.load import load_cluster, locate
+    from placer.topology.graph import build_topology
 
     spec = load_cluster(cluster)
     try:

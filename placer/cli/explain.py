@@ -68,7 +68,7 @@ def explain_command(
 
       placer explain --why-not spec.yaml cluster.yaml
     """
-    from placer.errors import InputError
+    from placer.model.errors import InputError
 
     cluster_path = cluster or cluster_arg
     if cluster_path is None:
@@ -88,10 +88,10 @@ def explain_command(
 def _explain(
     placed_path: Path, cluster_path: Path, output, svg: Path | None, baselines: bool, deployment: str | None = None
 ) -> None:
-    from placer.errors import InputError
-    from placer.load import load_cluster, locate
-    from placer.record import load_placed
-    from placer.topology import build_topology
+    from placer.model.errors import InputError
+    from placer.model.load import load_cluster, locate
+    from placer.model.record import load_placed
+    from placer.topology.graph import build_topology
 
     placed = load_placed(placed_path, deployment)
     cluster = load_cluster(cluster_path)
@@ -109,14 +109,14 @@ def _explain(
 
 def _show(spec, topo, placement, output, svg: Path | None, baselines: bool) -> None:
     from placer.baselines import run_all
-    from placer.explain import explain_placement, to_json
+    from placer.explain.explanation import explain_placement, to_json
 
     compared = run_all(spec, topo) if baselines else []
     ex = explain_placement(spec, topo, placement, compared)
     if svg is not None:
-        from placer.emit import write_atomic
-        from placer.errors import InputError
-        from placer.svg import render_svg
+        from placer.emit.manifests import write_atomic
+        from placer.explain.svg import render_svg
+        from placer.model.errors import InputError
 
         try:
             picture = render_svg(spec, topo, placement)
@@ -126,7 +126,7 @@ def _show(spec, topo, placement, output, svg: Path | None, baselines: bool) -> N
     if output is ExplainFormat.json:
         sys.stdout.write(json.dumps(to_json(ex), indent=2, sort_keys=True) + "\n")
         return
-    from placer.explain_view import render
+    from placer.explain.view import render
 
     _console(output).print(render(ex))
 
@@ -141,9 +141,9 @@ def _console(output):
 
 
 def _why_not(spec_path: Path, cluster_path: Path, output, svg: Path | None, baselines: bool, time_limit: float) -> None:
-    from placer.errors import InfeasibleError
+    from placer.model.errors import InfeasibleError
     from placer.pipeline import run_solve
-    from placer.solve import SolveOptions
+    from placer.solver.solve import SolveOptions
 
     try:
         result = run_solve(spec_path, cluster_path, SolveOptions(time_limit_s=time_limit))
@@ -155,7 +155,7 @@ def _why_not(spec_path: Path, cluster_path: Path, output, svg: Path | None, base
             doc = {"apiVersion": "placer.dev/v1alpha1", "kind": "WhyNot", "fits": False, "message": str(exc)}
             sys.stdout.write(json.dumps(doc | {"conflicts": conflicts}, indent=2, sort_keys=True) + "\n")
             raise typer.Exit(1) from None
-        from placer.explain_view import render_conflicts
+        from placer.explain.view import render_conflicts
 
         _console(output).print(render_conflicts(str(exc), exc.conflicts or exc.reasons))
         raise typer.Exit(1) from None

@@ -51,12 +51,12 @@ def plan_command(
 
       placer plan --from running.yaml cluster.yaml --cut 0.05
     """
-    from placer.errors import InputError
-    from placer.keep import load_running, records_text
-    from placer.load import load_cluster, load_specs, locate
-    from placer.plan import plan
-    from placer.solve import SolveOptions
-    from placer.topology import build_topology
+    from placer.model.errors import InputError
+    from placer.model.load import load_cluster, load_specs, locate
+    from placer.solver.keep import load_running, records_text
+    from placer.solver.plan import plan
+    from placer.solver.solve import SolveOptions
+    from placer.topology.graph import build_topology
 
     *pending_paths, cluster_path = paths
     if not pending_paths and cut is None:
@@ -94,7 +94,7 @@ def plan_command(
         else [],
     }
     if placement is not None:
-        from placer.emit import write_atomic
+        from placer.emit.manifests import write_atomic
 
         write_atomic(placement, records_text(result.placements))
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")

@@ -16,13 +16,13 @@ def schema_command(
     ] = None,
 ) -> None:
     """JSON Schemas generated from placer's own models (the committed ones live in schemas/)."""
-    from placer.schemas import all_schemas
+    from placer.model.schemas import all_schemas
 
     schemas = all_schemas()
     if write is None:
         sys.stdout.write(json.dumps(schemas, indent=2, sort_keys=True) + "\n")
         return
-    from placer.emit import write_atomic
+    from placer.emit.manifests import write_atomic
 
     write.mkdir(parents=True, exist_ok=True)
     for name, schema in schemas.items():

@@ -111,14 +111,14 @@ def solve_command(
 
       placer solve spec.yaml cluster.yaml --target grove --dry-run
     """
-    from placer.errors import InputError
+    from placer.model.errors import InputError
     from placer.pipeline import run_solve
-    from placer.solve import SolveOptions, stderr_log
+    from placer.solver.solve import SolveOptions, stderr_log
 
     if placement is not None and not placement.parent.resolve().is_dir():
         raise InputError(f"--placement {placement}: directory {placement.parent} does not exist")
     if namespace is not None:
-        from placer import k8s
+        from placer.model import k8s
 
         try:
             k8s.check_dns_label(namespace, "--namespace")
@@ -151,7 +151,7 @@ def solve_command(
         return
     text = result.json() if output is OutputFormat.json else result.yaml()
     if placement is not None:
-        from placer.emit import placement_text, write_atomic
+        from placer.emit.manifests import placement_text, write_atomic
 
         write_atomic(placement, placement_text(result.placement, placement, result.spec))
     sys.stdout.write(text)
@@ -163,10 +163,10 @@ def _print_plan(result, target: str, nccl: bool | None) -> None:
     """The dry run: explain's summary (no baselines), NCCL choices, the objects; plain text on stdout."""
     from rich.console import Console
 
-    from placer.explain import explain_placement
-    from placer.explain_view import render
-    from placer.targets import DEFAULT_TARGET
-    from placer.targets.plan import render_plan
+    from placer.emit.targets import DEFAULT_TARGET
+    from placer.emit.targets.plan import render_plan
+    from placer.explain.explanation import explain_placement
+    from placer.explain.view import render
 
     ex = render(explain_placement(result.spec, result.topology, result.placement))
     with_nccl = (target != DEFAULT_TARGET) if nccl is None else nccl
@@ -176,17 +176,17 @@ def _print_plan(result, target: str, nccl: bool | None) -> None:
 
 
 def _documents(path: Path) -> int:
-    from placer.load import parse_documents, read_text
+    from placer.model.load import parse_documents, read_text
 
     return len(parse_documents(read_text(path), str(path)))
 
 
 def _solve_fleet(specs, cluster, options, keep, placement, output, target, nccl, namespace, dry_run, quiet, say):
     """Several deployments and/or --keep: the placed ones on stdout, a table of all of them on stderr."""
-    from placer.emit import write_atomic
-    from placer.fleet_view import fleet_table
-    from placer.keep import records_text
+    from placer.emit.manifests import write_atomic
+    from placer.explain.fleet_view import fleet_table
     from placer.pipeline import run_fleet
+    from placer.solver.keep import records_text
 
     t0 = time.perf_counter()
     res = run_fleet(specs, cluster, options, keep, progress=say, target=target, nccl=nccl, namespace=namespace)

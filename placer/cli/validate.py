@@ -14,7 +14,7 @@ def validate_command(
     cluster: Annotated[Path, typer.Argument(help="Cluster file (YAML).")],
 ) -> None:
     """Validate both files and their consistency (selectors, packing levels); exit 2 on bad input."""
-    from placer.load import load_cluster, load_spec
+    from placer.model.load import load_cluster, load_spec
     from placer.pipeline import build_inputs
 
     s = load_spec(spec)

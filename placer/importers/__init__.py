@@ -1,7 +1,7 @@
 """Importers: real topology sources -> placer's cluster model (``placer cluster import``).
 
 One module per format, each a pure ``parse_*(text, source)`` that returns plain dataclasses and raises
-:class:`placer.errors.InputError` (file, line, what was expected) on input it cannot read:
+:class:`placer.model.errors.InputError` (file, line, what was expected) on input it cannot read:
 
 ================  =====================================================================
 ``topo_matrix``   ``nvidia-smi topo -m``: GPU/NIC link matrix, CPU and NUMA affinity

@@ -9,9 +9,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from placer import k8s
-from placer.errors import InputError
-from placer.load import read_text
+from placer.model import k8s
+from placer.model.errors import InputError
+from placer.model.load import read_text
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from placer.importers.common import Note, natural_key
 from placer.importers.domains import final_domains
 from placer.importers.ledger import DEFAULT, Draft, Ledger
 from placer.importers.nccl_tests import NcclTestRun
-from placer.topology import Topology
+from placer.topology.graph import Topology
 
 DOMAIN_KEYS = {"rack": "rack", "leaf": "leaf", "nvlink-domain": "nvlinkDomain"}
 
@@ -259,6 +259,6 @@ def _flat(value: Any) -> bool:
 
 
 def dump_cluster(document: dict[str, Any]) -> str:
-    """Compact, deterministic YAML that ``placer.load`` reads back (key order kept, no aliases)."""
+    """Compact, deterministic YAML that ``placer.model.load`` reads back (key order kept, no aliases)."""
     text: str = yaml.dump(_styled(document), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=200)
     return text

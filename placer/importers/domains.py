@@ -3,10 +3,10 @@ two sources group nodes the same way, and whether the result nests the way place
 
 from __future__ import annotations
 
-from placer.errors import InputError
 from placer.importers.common import natural_key
 from placer.importers.k8s_nodes import LEVEL_NAMES
 from placer.importers.ledger import Draft, Ledger
+from placer.model.errors import InputError
 
 RACK_FROM_NVLINK = "its NVLink domain (placer nests each NVLink domain in one rack)"
 PLURAL = {"nvlink-domain": "NVLink domains", "rack": "racks", "leaf": "leaves"}

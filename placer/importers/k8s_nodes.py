@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from placer import k8s
 from placer.importers.common import Note, error, is_label_key, is_label_value, is_node_name, load_json, short
+from placer.model import k8s
 
 GPU_RESOURCE = "nvidia.com/gpu"
 CLIQUE = "nvidia.com/gpu.clique"

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from placer import k8s
 from placer.importers.common import Note, error, load_json, short
+from placer.model import k8s
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_ANNOTATION = "placer.dev/gpus"

@@ -23,7 +23,6 @@ import re
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from placer.errors import InputError
 from placer.importers import gpus as gpu_table
 from placer.importers import hardware as hw
 from placer.importers.aws_topology import InstanceTopology
@@ -34,6 +33,7 @@ from placer.importers.k8s_pods import PodsFile
 from placer.importers.ledger import DEFAULT, Draft, Ledger
 from placer.importers.nccl_tests import NcclTestRun
 from placer.importers.slurm import SlurmTopology
+from placer.model.errors import InputError
 
 DEFAULT_PRODUCT = "unknown"
 DEFAULT_MEMORY_GIB = 1.0

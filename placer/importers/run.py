@@ -13,8 +13,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from placer.cluster import ClusterSpec
-from placer.errors import InputError
 from placer.importers.aws_topology import parse_instance_topology
 from placer.importers.common import Note, read_source, split_assignment
 from placer.importers.document import build_document, fabric_from_hardware, nccl_overrides
@@ -27,7 +25,9 @@ from placer.importers.nccl_tests import parse_nccl_tests
 from placer.importers.nccl_xml import parse_nccl_xml
 from placer.importers.slurm import parse_slurm
 from placer.importers.topo_matrix import parse_topo_matrix
-from placer.topology import Topology, build_topology
+from placer.model.cluster import ClusterSpec
+from placer.model.errors import InputError
+from placer.topology.graph import Topology, build_topology
 
 
 @dataclass(frozen=True)

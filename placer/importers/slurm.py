@@ -16,9 +16,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from placer.errors import InputError
 from placer.importers.common import Note, error, is_label_value, is_node_name, short
-from placer.load import parse_documents
+from placer.model.errors import InputError
+from placer.model.load import parse_documents
 
 MAX_NAMES = 1_000_000
 _RANGE = re.compile(r"^(\d{1,9})(?:-(\d{1,9}))?$")

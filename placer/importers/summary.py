@@ -16,10 +16,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from placer.cluster import ClusterSpec, GpuGroup, NodeClass
 from placer.importers.run import ImportReport
-from placer.levels import LEVELS
-from placer.topology import Topology
+from placer.model.cluster import ClusterSpec, GpuGroup, NodeClass
+from placer.model.levels import LEVELS
+from placer.topology.graph import Topology
 
 MAX_NOTES = 40
 

@@ -1,0 +1,94 @@
+"""Placement -> Kubernetes manifests, in a canonical order, ready for ``kubectl apply -f -``.
+
+The public entry points live here; the manifests themselves are built by one module per output flavour in
+``placer.emit.targets`` (``--target``): the default ``coscheduling`` gives per replica a scheduler-plugins
+``PodGroup``, one ``Pod`` per (instance, node) pinned with required node affinity on
+``kubernetes.io/hostname`` and asking for exactly the GPUs placer chose there, then the router's
+``Deployment`` and ``Service``; docs/TARGETS.md describes the others (KAI, Volcano, Kueue, Grove,
+LeaderWorkerSet, DRA). Annotations carry the GPU indices and predicted costs so that ``placer explain`` can
+read the manifests back. Every value that reaches a manifest was validated at the edge (names, labels,
+images, env), and documents are serialised by PyYAML or json, never by string templates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from placer.check.verify import Report
+from placer.emit.targets import DEFAULT_TARGET, TARGETS, builder
+from placer.emit.targets.common import GPU_RESOURCE, GROUP_LABEL, Context, pod_name
+from placer.model.placement import Placement
+from placer.model.record import spec_record
+from placer.model.spec import ServingTopology
+from placer.topology.graph import Topology
+
+__all__ = [
+    "GPU_RESOURCE",
+    "GROUP_LABEL",
+    "TARGETS",
+    "build_manifests",
+    "placement_text",
+    "pod_name",
+    "to_json_list",
+    "to_yaml",
+    "write_atomic",
+]
+
+
+def build_manifests(
+    spec: ServingTopology,
+    topo: Topology,
+    placement: Placement,
+    report: Report,
+    target: str = DEFAULT_TARGET,
+    nccl: bool | None = None,
+) -> list[dict]:
+    """The manifests for one ``--target``. ``nccl`` adds placer's NCCL environment to engine pods; by default
+    every target but ``coscheduling`` (whose output stays as it always was) gets it."""
+    with_nccl = (target != DEFAULT_TARGET) if nccl is None else nccl
+    ctx = Context(spec, topo, placement, report, nccl=with_nccl, exact_gpus=target == "dra")
+    return builder(target)(ctx)
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """No anchors or aliases: a shared dict is written out in full at each place (readers such as placer's
+    own loader, and reviewers, get plain YAML)."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+def to_yaml(docs: list[dict]) -> str:
+    return "".join(
+        "---\n" + yaml.dump(d, Dumper=_PlainDumper, sort_keys=True, default_flow_style=False, width=1000) for d in docs
+    )
+
+
+def to_json_list(docs: list[dict]) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}, indent=2, sort_keys=True) + "\n"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file in the same directory and rename, so readers never see half a file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent or Path("."), prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def placement_text(placement: Placement, path: Path, spec: ServingTopology) -> str:
+    """The placement record as JSON or YAML, chosen by the file's extension, with the spec inside."""
+    record = placement.to_record(spec_record(spec))
+    if path.suffix.lower() == ".json":
+        return json.dumps(record, indent=2, sort_keys=True) + "\n"
+    return yaml.dump(record, Dumper=_PlainDumper, sort_keys=True, default_flow_style=False)

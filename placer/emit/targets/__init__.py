@@ -1,0 +1,20 @@
+"""Output flavours of ``placer solve --target``: one small module per scheduler or workload API.
+
+Each module has ``build(ctx) -> list[dict]`` and a ``DESCRIPTION``; docs/TARGETS.md says what each one
+enforces natively and what only through node affinity. ``coscheduling`` is the default and its output is
+unchanged from before targets existed.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+TARGETS = ("coscheduling", "kai", "volcano", "kueue", "grove", "lws", "dra")
+DEFAULT_TARGET = "coscheduling"
+
+
+def builder(target: str):
+    """The ``build`` function of a target (imported on first use)."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
+    return importlib.import_module(f"placer.emit.targets.{target}").build

@@ -1,0 +1,282 @@
+"""What every target shares: the context of one emit, labels and names, node affinity, the engine pod, and
+the topology-label mapping (the router's objects are in ``router.py``).
+
+Every value that reaches a manifest was validated at the edge (spec, cluster) or is checked here (generated
+names); documents are plain dicts serialised by PyYAML or json, never string templates.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from placer.check.verify import Report
+from placer.emit.targets import nccl
+from placer.model import k8s
+from placer.model.errors import InputError
+from placer.model.levels import LEVEL_RANK
+from placer.model.placement import InstancePlacement, Pod, ReplicaPlacement
+from placer.model.placement import Placement as PlacementResult
+from placer.model.record import CLUSTER_ANNOTATION, SPEC_ANNOTATION, STATUS_ANNOTATION, spec_record, status_record
+from placer.model.spec import ServingTopology
+from placer.topology.graph import Topology
+
+GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+GPU_RESOURCE = "nvidia.com/gpu"
+HOSTNAME = "kubernetes.io/hostname"
+# Node label per placer level; spec.scheduling.topologyLabels replaces any of them. Sockets have no label.
+DEFAULT_LEVEL_LABELS = {
+    "node": HOSTNAME,
+    "nvlink-domain": "nvidia.com/gpu.clique",
+    "rack": "placer.dev/rack",
+    "leaf": "placer.dev/leaf",
+}
+
+
+@dataclass
+class Context:
+    """One emit: the inputs, the checker's report, and the target's switches."""
+
+    spec: ServingTopology
+    topo: Topology
+    placement: PlacementResult
+    report: Report
+    nccl: bool = False  # add NCCL env and the placer.dev/nccl annotation to engine pods
+    exact_gpus: bool = False  # the target enforces GPU indices (DRA)
+
+    @property
+    def name(self) -> str:
+        return self.spec.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.spec.metadata.namespace
+
+    @cached_property
+    def costs(self) -> dict[tuple[int, str, int], Any]:
+        return {(c.replica, c.pool, c.index): c for c in self.report.instances}
+
+    @cached_property
+    def kv(self) -> dict[int, Any]:
+        return {c.replica: c for c in self.report.replicas}
+
+    def scheduler(self, target_default: str | None) -> str | None:
+        """The spec's schedulerName when the user gave one, else the target's scheduler."""
+        if "scheduler_name" in self.spec.scheduling.model_fields_set:
+            return self.spec.scheduling.scheduler_name
+        return target_default
+
+    def queue(self, target_default: str) -> str:
+        return self.spec.scheduling.queue or target_default
+
+    def level_label(self, level: str) -> str | None:
+        """Node label key of a placer level (a socket counts as its node; the whole cluster has none)."""
+        level = "node" if level == "socket" else level
+        if level == "spine":
+            return None
+        return self.spec.scheduling.topology_labels.get(level, DEFAULT_LEVEL_LABELS[level])  # type: ignore[call-overload]
+
+    @cached_property
+    def levels_present(self) -> list[str]:
+        """Levels of this cluster's domains after merging, narrowest first (sockets count as nodes)."""
+        found = {("node" if d.level == "socket" else d.level) for d in self.topo.domains.values()}
+        return sorted(found, key=LEVEL_RANK.__getitem__)
+
+    def instance_domain(self, replica: int, inst: InstancePlacement) -> str:
+        """Narrowest domain holding the instance's GPUs (the checker's figure)."""
+        return self.costs[(replica, inst.pool, inst.index)].domain
+
+    def level_of(self, domain_id: str) -> str:
+        level = self.topo.domains[domain_id].level
+        return "node" if level == "socket" else level
+
+    def nodes_domain(self, pods: list[Pod]) -> str:
+        """Narrowest domain holding every node of these pods."""
+        doms = sorted({self.topo.node_domain[self.topo.node_by_name(p.node).index] for p in pods})
+        return self.topo.lowest_common(doms)
+
+    def replica_domain(self, rep: ReplicaPlacement) -> str:
+        return self.nodes_domain([p for i in rep.instances for p in i.pods])
+
+    def gang_name(self, replica: int) -> str:
+        """The replica's gang object name, which every member pod names too."""
+        return f"{self.name}-r{replica}"
+
+    def gang_metadata(self, replica: int, name: str | None = None, extra_labels: dict[str, str] | None = None) -> dict:
+        """Metadata of a replica's gang object (PodGroup, PodCliqueSet): it carries what explain reads back."""
+        return {
+            "name": name or self.gang_name(replica),
+            "namespace": self.namespace,
+            "labels": labels(self.spec, replica, "gang") | (extra_labels or {}),
+            "annotations": self.group_annotations(),
+        }
+
+    def group_annotations(self) -> dict[str, str]:
+        """What explain needs to read the manifests back without the spec file (on each replica's gang)."""
+        return {
+            SPEC_ANNOTATION: json.dumps(spec_record(self.spec), sort_keys=True, separators=(",", ":")),
+            STATUS_ANNOTATION: json.dumps(status_record(self.placement.stats), sort_keys=True, separators=(",", ":")),
+            CLUSTER_ANNOTATION: self.placement.cluster,
+        }
+
+
+def labels(spec: ServingTopology, replica: int, component: str) -> dict[str, str]:
+    name = spec.metadata.name
+    return {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/instance": f"{name}-r{replica}",
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": name,
+        "app.kubernetes.io/managed-by": "placer",
+        "placer.dev/replica": str(replica),
+    }
+
+
+def instance_labels(spec: ServingTopology, replica: int, inst: InstancePlacement) -> dict[str, str]:
+    out = labels(spec, replica, spec.role_of(inst.pool))
+    return out | {"placer.dev/pool": inst.pool, "placer.dev/instance": str(inst.index)}
+
+
+def dns_label(value: str, what: str) -> str:
+    """A generated name must be a DNS-1123 label; a spec name too long for it is the user's to shorten."""
+    try:
+        return k8s.check_dns_label(value, what)
+    except ValueError as exc:
+        raise InputError(f"{exc} (shorten metadata.name or the pool name)") from None
+
+
+def hostname(topo: Topology, node: str) -> str:
+    return topo.node_by_name(node).labels.get(HOSTNAME, node)
+
+
+def affinity(hostnames: list[str]) -> dict[str, Any]:
+    """Required node affinity admitting exactly these hosts."""
+    values = sorted(set(hostnames)) if len(hostnames) > 1 else list(hostnames)
+    term = {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": values}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+def pod_name(spec: ServingTopology, replica: int, inst: InstancePlacement, pod_index: int) -> str:
+    base = f"{spec.metadata.name}-r{replica}-{inst.pool}-{inst.index}"
+    return base if len(inst.pods) == 1 else f"{base}-{pod_index}"
+
+
+def _fmt_us(us: float) -> str:
+    return f"{us:.1f}"
+
+
+def pod_annotations(ctx: Context, replica: int, inst: InstancePlacement, pod: Pod | None) -> dict[str, str]:
+    """GPU indices, the narrowest domain and predicted costs (``pod`` None: a template for several pods)."""
+    c = ctx.costs[(replica, inst.pool, inst.index)]
+    out = {
+        "placer.dev/instance-gpus": ";".join(f"{p.node}:{','.join(map(str, p.gpus))}" for p in inst.pods),
+        "placer.dev/domain": c.domain,
+        "placer.dev/allreduce-us-per-forward-pass": _fmt_us(c.allreduce_us),
+        "placer.dev/bottleneck-gbps": f"{c.ring.bandwidth_gbps:g}" if c.ring.bandwidth_gbps != float("inf") else "none",
+    }
+    if pod is not None:
+        out["placer.dev/gpus"] = ",".join(map(str, pod.gpus))
+    if ctx.kv[replica].kv_path is not None:
+        out["placer.dev/kv-transfer-us"] = _fmt_us(ctx.kv[replica].kv_us)
+    if ctx.nccl:
+        settings = nccl.instance_settings(ctx.spec, ctx.topo, inst)
+        out["placer.dev/nccl"] = json.dumps({s.name: f"{s.value}: {s.reason}" for s in settings}, sort_keys=True)
+        notes = nccl.runtime_notes(ctx.topo, inst, ctx.exact_gpus)
+        out["placer.dev/runtime-notes"] = json.dumps(notes)
+    return out
+
+
+def engine_container(
+    ctx: Context,
+    inst: InstancePlacement,
+    gpus: int | None,
+    rank: int | None,
+    claims: list[str] | None = None,
+    settings: list[nccl.Setting] | None = None,
+) -> dict[str, Any]:
+    """The serving engine: the pool's template, ``gpus`` whole GPUs (or DRA ``claims``), placer's env
+    (``settings``: the NCCL values shared by several instances, when one template serves them all)."""
+    t = ctx.spec.pools[inst.pool].template
+    requests, limits = dict(t.resources.requests), dict(t.resources.limits)
+    if gpus is not None:
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(gpus)
+    env = [{"name": e.name, "value": e.value} for e in t.env]
+    if rank is not None:
+        env.append({"name": "PLACER_POD_RANK", "value": str(rank)})
+    env.append({"name": "PLACER_INSTANCE_PODS", "value": str(len(inst.pods))})
+    if ctx.nccl:
+        chosen = nccl.instance_settings(ctx.spec, ctx.topo, inst) if settings is None else settings
+        env += [{"name": s.name, "value": s.value} for s in chosen]
+    resources: dict[str, Any] = {"requests": requests}
+    if limits:
+        resources["limits"] = limits
+    if claims:
+        resources["claims"] = [{"name": c} for c in claims]
+    container: dict[str, Any] = {"name": "engine", "image": t.image, "env": env, "resources": resources}
+    if t.command:
+        container["command"] = list(t.command)
+    if t.args:
+        container["args"] = list(t.args)
+    if t.ports:
+        container["ports"] = [{"name": p.name, "containerPort": p.container_port} for p in t.ports]
+    return container
+
+
+def pod_spec(ctx: Context, container: dict[str, Any], hosts: list[str], scheduler: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"restartPolicy": "Always", "affinity": affinity(hosts), "containers": [container]}
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    return spec
+
+
+def engine_pod(
+    ctx: Context,
+    rep: ReplicaPlacement,
+    inst: InstancePlacement,
+    j: int,
+    scheduler: str | None,
+    extra_labels: dict[str, str] | None = None,
+    extra_annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """One bare Pod per (instance, node): exactly the node and GPU count placer chose."""
+    pod = inst.pods[j]
+    container = engine_container(ctx, inst, len(pod.gpus), j)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(ctx.spec, rep.index, inst, j),
+            "namespace": ctx.namespace,
+            "labels": instance_labels(ctx.spec, rep.index, inst) | (extra_labels or {}),
+            "annotations": pod_annotations(ctx, rep.index, inst, pod) | (extra_annotations or {}),
+        },
+        "spec": pod_spec(ctx, container, [hostname(ctx.topo, pod.node)], scheduler),
+    }
+
+
+def leader_split(inst: InstancePlacement) -> tuple[int, list[int]] | None:
+    """(leader, workers) pod indices such that every worker asks for the same GPU count (one template for
+    the workers, as LeaderWorkerSet and Grove cliques need), or None when no choice of leader allows it."""
+    counts = [len(p.gpus) for p in inst.pods]
+    for leader in range(len(counts)):
+        workers = [j for j in range(len(counts)) if j != leader]
+        if len({counts[j] for j in workers}) <= 1:
+            return leader, workers
+    return None
+
+
+def anti_affinity(ctx: Context, replica: int, inst: InstancePlacement) -> dict[str, Any]:
+    """At most one pod of this instance per node: with N pods admitted to exactly N nodes, each gets one."""
+    match = {
+        "app.kubernetes.io/instance": ctx.gang_name(replica),
+        "placer.dev/pool": inst.pool,
+        "placer.dev/instance": str(inst.index),
+    }
+    term = {"labelSelector": {"matchLabels": match}, "topologyKey": HOSTNAME}
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def replica_pods(rep: ReplicaPlacement) -> int:
+    return sum(len(i.pods) for i in rep.instances)

@@ -1,0 +1,44 @@
+"""kube-scheduler with the scheduler-plugins coscheduling plugin (the default target).
+
+Per replica a ``PodGroup`` (``scheduling.x-k8s.io/v1alpha1``: ``minMember`` = the replica's pods,
+``scheduleTimeoutSeconds``), one bare ``Pod`` per (instance, node) joined to it by the
+``scheduling.x-k8s.io/pod-group`` label and pinned by required node affinity, then the router's Deployment
+and Service. This is placer's original output, byte for byte.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from placer.emit.targets.common import GROUP_LABEL, Context, engine_pod, replica_pods
+from placer.emit.targets.router import router_docs
+from placer.model.placement import ReplicaPlacement
+
+DESCRIPTION = "kube-scheduler + scheduler-plugins coscheduling PodGroup, bare Pods pinned by node affinity"
+SCHEDULER = "scheduler-plugins-scheduler"
+
+
+def pod_group(ctx: Context, rep: ReplicaPlacement, members: int | None = None) -> dict[str, Any]:
+    """The replica's gang: no pod binds until ``minMember`` of them can."""
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": ctx.gang_metadata(rep.index),
+        "spec": {
+            "minMember": replica_pods(rep) if members is None else members,
+            "scheduleTimeoutSeconds": ctx.spec.scheduling.schedule_timeout_seconds,
+        },
+    }
+
+
+def build(ctx: Context) -> list[dict]:
+    docs: list[dict] = []
+    scheduler = ctx.spec.scheduling.scheduler_name
+    for rep in ctx.placement.replicas:
+        group = ctx.gang_name(rep.index)
+        docs.append(pod_group(ctx, rep))
+        for inst in rep.instances:
+            for j in range(len(inst.pods)):
+                docs.append(engine_pod(ctx, rep, inst, j, scheduler, {GROUP_LABEL: group}))
+        docs += router_docs(ctx, rep)
+    return docs

@@ -1,0 +1,116 @@
+"""NVIDIA KAI-Scheduler: a hierarchical ``PodGroup`` (``scheduling.run.ai/v2alpha2``) per replica.
+
+Phase 1, the gang: ``minMember`` = the replica's pods, ``queue``, and a ``topologyConstraint`` requiring the
+whole replica inside one domain of the level placer put it in (the narrowest domain holding its nodes).
+Phase 2, the hierarchy: one subgroup per pool (parent of its instances, required at the level that holds
+the pool's instances) and one leaf subgroup per instance (``minMember`` = its pods, required at the level
+of the domain placer chose for it, preferred at the spec's preferred level when narrower). KAI's webhook
+wants the PodGroup's ``minMember`` to be the sum over the leaves, which it is.
+Phase 3, the pods: ``schedulerName: kai-scheduler``, the ``pod-group-name`` annotation, the
+``kai.scheduler/subgroup-name`` and ``kai.scheduler/queue`` labels, and node affinity to the chosen node.
+Constraints name node labels through a ``Topology`` (``kai.scheduler/v1``, cluster-scoped) whose levels are
+this cluster's levels, broadest first, hostname last; placer emits it unless ``scheduling.topology`` names
+one that exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from placer.emit.targets.common import HOSTNAME, Context, engine_pod, replica_pods
+from placer.emit.targets.router import router_docs
+from placer.model.levels import LEVEL_RANK
+from placer.model.placement import InstancePlacement, ReplicaPlacement
+
+DESCRIPTION = "KAI-Scheduler PodGroup (v2alpha2) with subgroups per pool/instance and a Topology"
+SCHEDULER = "kai-scheduler"
+QUEUE = "default-queue"
+QUEUE_LABEL = "kai.scheduler/queue"
+SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
+GROUP_ANNOTATION = "pod-group-name"
+
+
+def topology_name(ctx: Context) -> str:
+    return ctx.spec.scheduling.topology or f"placer-{ctx.placement.cluster}"
+
+
+def topology_doc(ctx: Context) -> dict[str, Any]:
+    """The levels of this cluster as node labels, broadest first; ``kubernetes.io/hostname`` last."""
+    keys = [ctx.level_label(lv) for lv in reversed(ctx.levels_present)]
+    levels = [{"nodeLabel": k} for k in keys if k is not None]
+    if not any(lv["nodeLabel"] == HOSTNAME for lv in levels):
+        levels.append({"nodeLabel": HOSTNAME})
+    return {
+        "apiVersion": "kai.scheduler/v1",
+        "kind": "Topology",
+        "metadata": {"name": topology_name(ctx), "labels": {"app.kubernetes.io/managed-by": "placer"}},
+        "spec": {"levels": levels},
+    }
+
+
+def _constraint(ctx: Context, level: str, preferred: str | None = None) -> dict[str, str] | None:
+    required = ctx.level_label(level)
+    out = {"topology": topology_name(ctx)}
+    if required is not None:
+        out["requiredTopologyLevel"] = required
+    if preferred is not None and LEVEL_RANK[preferred] < LEVEL_RANK[level]:
+        pref = ctx.level_label(preferred)
+        if pref is not None and pref != required:
+            out["preferredTopologyLevel"] = pref
+    return out if len(out) > 1 else None
+
+
+def subgroup_name(inst: InstancePlacement) -> str:
+    return f"{inst.pool}-{inst.index}"
+
+
+def _subgroups(ctx: Context, rep: ReplicaPlacement) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for pool in sorted({i.pool for i in rep.instances}):
+        members = [i for i in rep.instances if i.pool == pool]
+        pool_level = ctx.level_of(ctx.nodes_domain([p for i in members for p in i.pods]))
+        group: dict[str, Any] = {"name": pool}
+        constraint = _constraint(ctx, pool_level)
+        if constraint:
+            group["topologyConstraint"] = constraint
+        out.append(group)
+        preferred = ctx.spec.pools[pool].placement.preferred
+        for inst in members:
+            leaf: dict[str, Any] = {"name": subgroup_name(inst), "parent": pool, "minMember": len(inst.pods)}
+            constraint = _constraint(ctx, ctx.level_of(ctx.instance_domain(rep.index, inst)), preferred)
+            if constraint:
+                leaf["topologyConstraint"] = constraint
+            out.append(leaf)
+    return out
+
+
+def pod_group(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "minMember": replica_pods(rep),
+        "queue": ctx.queue(QUEUE),
+        "subGroups": _subgroups(ctx, rep),
+    }
+    constraint = _constraint(ctx, ctx.level_of(ctx.replica_domain(rep)))
+    if constraint:
+        spec["topologyConstraint"] = constraint
+    return {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": ctx.gang_metadata(rep.index, extra_labels={QUEUE_LABEL: ctx.queue(QUEUE)}),
+        "spec": spec,
+    }
+
+
+def build(ctx: Context) -> list[dict]:
+    docs: list[dict] = [] if ctx.spec.scheduling.topology else [topology_doc(ctx)]
+    scheduler = ctx.scheduler(SCHEDULER)
+    queue = {QUEUE_LABEL: ctx.queue(QUEUE)}
+    for rep in ctx.placement.replicas:
+        group = ctx.gang_name(rep.index)
+        docs.append(pod_group(ctx, rep))
+        for inst in rep.instances:
+            extra = queue | {SUBGROUP_LABEL: subgroup_name(inst)}
+            for j in range(len(inst.pods)):
+                docs.append(engine_pod(ctx, rep, inst, j, scheduler, extra, {GROUP_ANNOTATION: group}))
+        docs += router_docs(ctx, rep)
+    return docs

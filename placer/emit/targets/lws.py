@@ -1,0 +1,105 @@
+"""LeaderWorkerSet for multi-node instances, under the coscheduling gang.
+
+Phase 1, the gang: per replica the scheduler-plugins ``PodGroup`` of the default target; every engine pod
+(bare or created by an LWS) carries its ``scheduling.x-k8s.io/pod-group`` label, so the replica still binds
+all or nothing.
+Phase 2, instances: a single-node instance is a bare Pod as in the default target. An instance spanning
+nodes is a ``LeaderWorkerSet`` (``leaderworkerset.x-k8s.io/v1``) with one group (``replicas: 1``) of
+``size`` = its pods: the leader pinned to its node, the workers admitted to exactly the other chosen nodes,
+and a hostname anti-affinity over the instance's pods, so N pods on N admitted nodes land one per node.
+Workers share one template, so they must ask for the same GPU count; placer picks as leader the pod that
+makes this true, and refuses (bad input) an instance where no choice does. ``RecreateGroupOnPodRestart``
+restarts the whole TP group together, as a torn NCCL communicator needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from placer.emit.targets import coscheduling
+from placer.emit.targets.common import (
+    GROUP_LABEL,
+    Context,
+    anti_affinity,
+    dns_label,
+    engine_container,
+    engine_pod,
+    hostname,
+    instance_labels,
+    leader_split,
+    pod_annotations,
+    pod_spec,
+)
+from placer.emit.targets.router import router_docs
+from placer.model.errors import InputError
+from placer.model.placement import InstancePlacement, ReplicaPlacement
+
+DESCRIPTION = "LeaderWorkerSet per multi-node instance (leader and workers pinned) under the coscheduling gang"
+
+
+def _template(
+    ctx: Context,
+    rep: ReplicaPlacement,
+    inst: InstancePlacement,
+    pods: list[int],
+    role: str,
+    group: str,
+    scheduler: str | None,
+) -> dict[str, Any]:
+    first = inst.pods[pods[0]]
+    hosts = [hostname(ctx.topo, inst.pods[j].node) for j in pods]
+    spec = pod_spec(ctx, engine_container(ctx, inst, len(first.gpus), None), hosts, scheduler)
+    spec["affinity"] |= anti_affinity(ctx, rep.index, inst)
+    labels = instance_labels(ctx.spec, rep.index, inst) | {GROUP_LABEL: group, "placer.dev/lws-role": role}
+    annotations = pod_annotations(ctx, rep.index, inst, first if len(pods) == 1 else None)
+    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": spec}
+
+
+def leader_worker_set(
+    ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement, group: str, scheduler: str | None
+) -> dict[str, Any]:
+    split = leader_split(inst)
+    name = dns_label(f"{ctx.gang_name(rep.index)}-{inst.pool}-{inst.index}", "LeaderWorkerSet name")
+    if split is None:
+        counts = [len(p.gpus) for p in inst.pods]
+        raise InputError(
+            f"--target lws: instance {inst.pool}-{inst.index} of replica {rep.index} has pods asking for "
+            f"{counts} GPUs; a LeaderWorkerSet's workers share one template (give the pool gpusPerNode, or "
+            "choose another --target)"
+        )
+    leader, workers = split
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {
+            "name": name,
+            "namespace": ctx.namespace,
+            "labels": instance_labels(ctx.spec, rep.index, inst) | {GROUP_LABEL: group},
+            "annotations": pod_annotations(ctx, rep.index, inst, None),
+        },
+        "spec": {
+            "replicas": 1,
+            "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": len(inst.pods),
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": _template(ctx, rep, inst, [leader], "leader", group, scheduler),
+                "workerTemplate": _template(ctx, rep, inst, workers, "worker", group, scheduler),
+            },
+        },
+    }
+
+
+def build(ctx: Context) -> list[dict]:
+    docs: list[dict] = []
+    scheduler = ctx.spec.scheduling.scheduler_name  # the gang is the coscheduling PodGroup
+    for rep in ctx.placement.replicas:
+        group = ctx.gang_name(rep.index)
+        docs.append(coscheduling.pod_group(ctx, rep))
+        for inst in rep.instances:
+            if len(inst.pods) == 1:
+                docs.append(engine_pod(ctx, rep, inst, 0, scheduler, {GROUP_LABEL: group}))
+            else:
+                docs.append(leader_worker_set(ctx, rep, inst, group, scheduler))
+        docs += router_docs(ctx, rep)
+    return docs

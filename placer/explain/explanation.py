@@ -1,0 +1,464 @@
+"""Why a placement is what it is: the numbers behind it, in the vocabulary of the people who run it.
+
+``explain_placement`` turns (spec, topology, placement) into an ``Explanation``: plain data that the rich
+view (explain_view.py), ``--output json`` and the SVG all read. Every number comes from the shared cost
+model (placer.topology.cost) through the independent checker (placer.check.verify), so the cost terms shown add up to
+exactly the objective the solver minimised. Nothing here prints.
+
+Phase 1 runs the checker (violations are shown, never hidden). Phase 2 describes each TP group: where its
+GPUs are, the narrowest domain holding them, the slowest link its ring crosses and what that costs per
+all-reduce and per forward pass. Phase 3 describes each replica's KV path (the worst prefill -> decode pair)
+and router. Phase 4 splits the objective into its four weighted terms and checks SLO targets. Phase 5 adds
+the counterfactuals: what the baselines (count-only, Kueue-style greedy, exhaustive) place on the same
+cluster, costed the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from placer.check import verify
+from placer.emit.targets.nccl import instance_settings
+from placer.model.k8s import field_alias
+from placer.model.levels import LEVEL_RANK
+from placer.model.placement import InstancePlacement, Placement, ReplicaPlacement
+from placer.model.spec import ServingTopology
+from placer.topology import cost
+from placer.topology.graph import Topology
+
+
+@dataclass(frozen=True)
+class LinkView:
+    """The slowest link a set of GPUs crosses, named as an operator would."""
+
+    kind: str  # nvlink | pcie | cross-socket | nvlink-domain | infiniband | roce | infiniband-spine | roce-spine
+    label: str
+    domain: str  # the domain whose crossing is the bottleneck
+    bandwidth_gbps: float | None  # per GPU lane; None inside one GPU
+    latency_us: float
+    measured: str | None  # source of measured figures, when an override applies
+
+
+@dataclass(frozen=True)
+class InstanceView:
+    replica: int
+    pool: str
+    index: int
+    role: str
+    tensor_parallel: int
+    pipeline_parallel: int
+    pods: list[dict[str, Any]]  # [{"node": name, "gpus": [..]}]
+    domain: str  # narrowest domain holding all its GPUs
+    domain_level: str
+    link: LinkView | None  # None for a single GPU
+    message_bytes: float
+    allreduce_us_per_call: float  # slowest stage's ring
+    allreduce_us_per_pass: float  # 2 per layer per stage, plus PP hand-offs
+    preferred: str | None
+    preferred_met: bool
+    units: int
+    nccl: list[dict[str, str]] = field(default_factory=list)  # [{name, value, reason}] for the --target outputs
+
+
+@dataclass(frozen=True)
+class TransferView:
+    replica: int
+    source: str  # the worst pair, e.g. "prefill-1"
+    target: str
+    route_domain: str  # the domain the transfer goes through
+    link: LinkView
+    lanes: int
+    bandwidth_gbps: float  # lanes x per-lane bottleneck
+    prompt_tokens: int
+    kv_bytes: float
+    transfer_us: float
+    floor_gbps: float | None
+    meets_floor: bool
+    units: int
+
+
+@dataclass(frozen=True)
+class RouterView:
+    replica: int
+    node: str
+    near_pool: str | None
+    within: str  # narrowest domain holding the router and every instance of the near pool
+    limit: str | None  # the level the spec allows
+    ok: bool
+
+
+@dataclass(frozen=True)
+class CostTerm:
+    name: str  # allReduce | kvTransfer | queueDepth | cacheMiss (the spec's objective keys)
+    weight: float
+    units: int
+    share: float  # of the total; 0 when the total is 0
+
+
+@dataclass(frozen=True)
+class SloCheck:
+    name: str  # ttft | itl
+    target_ms: float
+    communication_ms: float  # what the placement adds to the request's latency
+    share: float  # of the target
+    ok: bool
+    what: str  # which times were added up
+
+
+@dataclass(frozen=True)
+class PolicyView:
+    """One placement policy's result on the same cluster: placer's or a baseline's."""
+
+    name: str
+    title: str
+    outcome: str  # placed | no-fit | gave-up
+    note: str
+    replicas: int
+    allreduce_us_per_pass: dict[str, float]  # pool -> mean over its instances
+    kv_transfer_us: float | None  # worst replica
+    kv_bandwidth_gbps: float | None  # worst replica
+    units: int | None
+    violations: list[str]
+    vs_placer: float | None  # units / placer's units
+    preferred_misses: int = 0  # TP groups broader than their pool's preferred level (placer minimises these first)
+
+
+@dataclass
+class Explanation:
+    deployment: str
+    namespace: str
+    cluster: str
+    status: str
+    objective: int | None
+    bound: int | None
+    gap: float | None
+    notes: list[str]
+    violations: list[str]
+    instances: list[InstanceView] = field(default_factory=list)
+    transfers: list[TransferView] = field(default_factory=list)
+    routers: list[RouterView] = field(default_factory=list)
+    terms: list[CostTerm] = field(default_factory=list)
+    total_units: int = 0
+    slos: list[SloCheck] = field(default_factory=list)
+    policies: list[PolicyView] = field(default_factory=list)
+
+
+# ---- naming links ----------------------------------------------------------------------------------
+
+
+def link_kind(topo: Topology, domain_id: str) -> tuple[str, str]:
+    """(kind, words) for crossing between the children of a domain."""
+    dom = topo.domains[domain_id]
+    ib = topo.network_kind == "infiniband"
+    if dom.level == "socket":
+        return "pcie", "PCIe switch (one socket)"
+    if dom.level == "node":
+        node = topo.nodes[dom.nodes[0]]
+        if node.interconnect == "nvlink":
+            return "nvlink", "NVLink (NVSwitch) in node"
+        if len(node.sockets) > 1:
+            return "cross-socket", "PCIe across CPU sockets"
+        return "pcie", "PCIe in node"
+    if dom.level == "nvlink-domain":
+        return "nvlink-domain", "NVLink across trays (NVSwitch)"
+    if dom.level in ("rack", "leaf"):
+        return ("infiniband", "InfiniBand leaf") if ib else ("roce", "RoCE Ethernet leaf")
+    over = topo.spine_oversubscription
+    ratio = f" ({over:g}:1)" if over > 1 else ""
+    return (
+        ("infiniband-spine", f"InfiniBand spine{ratio}")
+        if ib
+        else (
+            "roce-spine",
+            f"RoCE Ethernet spine{ratio}",
+        )
+    )
+
+
+def crossed_domains(topo: Topology, gpus: list[tuple[int, int]], top: str | None = None) -> list[str]:
+    """Every domain whose crossing figures a ring over these GPUs (or a route through ``top``) pays."""
+    homes = sorted({topo.gpu_domain(n, g) for n, g in gpus})
+    top = top or topo.lowest_common(homes)
+    out: set[str] = set()
+    for home in homes:
+        for d in topo.ancestors(home):
+            out.add(d)
+            if d == top:
+                break
+    return sorted(out, key=topo.order.__getitem__)
+
+
+def bottleneck_link(topo: Topology, gpus: list[tuple[int, int]], top: str | None = None) -> LinkView | None:
+    """The slowest crossing on the way (ties: the broadest domain, where the traffic leaves the box)."""
+    if len(gpus) <= 1 and top is None:
+        return None
+    doms = crossed_domains(topo, gpus, top)
+    worst = min(doms, key=lambda d: (topo.crossing[d][0], -LEVEL_RANK[topo.domains[d].level]))
+    bw, _ = topo.crossing[worst]
+    lat = max(topo.crossing[d][1] for d in doms)
+    kind, words = link_kind(topo, worst)
+    return LinkView(kind, words, worst, bw, lat, topo.measured.get(worst))
+
+
+# ---- the explanation ---------------------------------------------------------------------------------
+
+
+def explain_placement(
+    spec: ServingTopology, topo: Topology, placement: Placement, baselines: list | None = None
+) -> Explanation:
+    """Everything explain shows, from the inputs alone (the checker recomputes every figure)."""
+    report = verify.check(spec, topo, placement)
+    st = placement.stats
+    ex = Explanation(
+        placement.deployment,
+        placement.namespace,
+        placement.cluster,
+        st.status,
+        st.objective,
+        st.bound,
+        st.gap,
+        list(st.notes),
+        list(report.violations),
+    )
+    if report.violations and not report.instances:
+        return ex  # structurally broken (unknown nodes, missing instances): nothing to measure
+    costs = {(c.replica, c.pool, c.index): c for c in report.instances}
+    for rep in placement.replicas:
+        for inst in rep.instances:
+            ex.instances.append(_instance_view(spec, topo, rep.index, inst, costs[(rep.index, inst.pool, inst.index)]))
+        transfer = _transfer_view(spec, topo, rep)
+        if transfer is not None:
+            ex.transfers.append(transfer)
+        router = _router_view(spec, topo, rep)
+        if router is not None:
+            ex.routers.append(router)
+    ex.total_units = report.total_units
+    w = spec.objective
+    parts = [
+        ("allReduce", w.all_reduce, sum(c.units for c in report.instances)),
+        ("kvTransfer", w.kv_transfer, sum(r.units for r in report.replicas)),
+        ("queueDepth", w.queue_depth, report.queue_units),
+        ("cacheMiss", w.cache_miss, report.cache_miss_units),
+    ]
+    total = report.total_units
+    ex.terms = [CostTerm(name, weight, units, units / total if total else 0.0) for name, weight, units in parts]
+    ex.slos = _slo_checks(spec, topo, placement, ex)
+    placer_view = policy_view("placer", "placer (CP-SAT)", "placed", f"solver status: {st.status}", report)
+    placer_view = replace(placer_view, preferred_misses=preferred_misses(spec, topo, report))
+    ex.policies = [placer_view] + [_baseline_view(spec, topo, b, total) for b in baselines or []]
+    return ex
+
+
+def _instance_view(
+    spec: ServingTopology, topo: Topology, replica: int, inst: InstancePlacement, c: verify.InstanceCost
+) -> InstanceView:
+    pool = spec.pools[inst.pool]
+    gpus = verify.gpus_of(topo, inst)
+    tp = pool.tensor_parallel
+    stages = [gpus[s * tp : (s + 1) * tp] for s in range(pool.pipeline_parallel)]
+    msg = cost.activation_bytes(spec.model.hidden_size, spec.tokens_in_flight(inst.pool), spec.model.bytes_per_element)
+    figures, _ = verify.forward_pass(spec, topo, inst.pool, gpus, spec.tokens_in_flight(inst.pool))
+    per_call = max(cost.ring_allreduce_us(tp, msg, f.bandwidth_gbps, f.latency_us) for f in figures)
+    worst_stage = max(range(len(stages)), key=lambda s: (figures[s].latency_us == 0, -figures[s].bandwidth_gbps))
+    link = bottleneck_link(topo, stages[worst_stage]) if tp > 1 else None
+    if pool.pipeline_parallel > 1 and len(gpus) > 1:
+        whole = bottleneck_link(topo, gpus)
+        if whole is not None and (link is None or (whole.bandwidth_gbps or 0) < (link.bandwidth_gbps or 0)):
+            link = whole  # the PP hand-off crosses a slower link than any TP ring
+    level = topo.domains[c.domain].level
+    preferred = pool.placement.preferred
+    return InstanceView(
+        replica=replica,
+        pool=inst.pool,
+        index=inst.index,
+        role=spec.role_of(inst.pool),
+        tensor_parallel=tp,
+        pipeline_parallel=pool.pipeline_parallel,
+        pods=[{"node": p.node, "gpus": list(p.gpus)} for p in inst.pods],
+        domain=c.domain,
+        domain_level=level,
+        link=link,
+        message_bytes=msg,
+        allreduce_us_per_call=per_call,
+        allreduce_us_per_pass=c.allreduce_us,
+        preferred=preferred,
+        preferred_met=preferred is None or LEVEL_RANK[level] <= LEVEL_RANK[preferred],
+        units=c.units,
+        nccl=[{"name": x.name, "value": x.value, "reason": x.reason} for x in instance_settings(spec, topo, inst)],
+    )
+
+
+def _transfer_view(spec: ServingTopology, topo: Topology, rep: ReplicaPlacement) -> TransferView | None:
+    pair = verify.transfer_pair(spec)
+    if pair is None:
+        return None
+    m = spec.model
+    kv_bytes = cost.kv_cache_bytes(m.layers, m.kv_heads, m.head_dim, m.bytes_per_element, spec.workload.prompt_tokens)
+    rails = topo.rails_per_node
+    worst = None
+    for a in (i for i in rep.instances if i.pool == pair[0]):
+        for b in (i for i in rep.instances if i.pool == pair[1]):
+            ga, gb = verify.gpus_of(topo, a), verify.gpus_of(topo, b)
+            route = verify.kv_route(topo, ga + gb, len(ga), len(gb))
+            us = cost.kv_transfer_us(kv_bytes, route, len(ga), len(gb), rails)
+            if worst is None or us > worst[0]:
+                worst = (us, a, b, ga, gb, route)
+    if worst is None:
+        return None
+    us, a, b, ga, gb, route = worst
+    top = topo.lowest_common(sorted({topo.gpu_domain(n, g) for n, g in ga + gb}))
+    route_domain = next(d for d in topo.ancestors(top) if topo.domains[d].level == route.level)
+    link = bottleneck_link(topo, ga + gb, route_domain)
+    assert link is not None
+    bw = cost.kv_bandwidth_gbps(route, len(ga), len(gb), rails)
+    floor = spec.transfer.min_bandwidth_gbps if spec.transfer is not None else None
+    return TransferView(
+        replica=rep.index,
+        source=f"{a.pool}-{a.index}",
+        target=f"{b.pool}-{b.index}",
+        route_domain=route_domain,
+        link=link,
+        lanes=cost.kv_lanes(route, len(ga), len(gb), rails),
+        bandwidth_gbps=bw,
+        prompt_tokens=spec.workload.prompt_tokens,
+        kv_bytes=kv_bytes,
+        transfer_us=us,
+        floor_gbps=floor,
+        meets_floor=floor is None or bw >= floor - 1e-9,
+        units=cost.to_units(spec.objective.kv_transfer * us),
+    )
+
+
+def _router_view(spec: ServingTopology, topo: Topology, rep: ReplicaPlacement) -> RouterView | None:
+    if spec.router is None or rep.router is None:
+        return None
+    node = topo.node_by_name(rep.router)
+    near = spec.router.near
+    homes = [topo.node_domain[node.index]]
+    if near is not None:
+        for inst in rep.instances:
+            if inst.pool == near.pool:
+                homes += [topo.gpu_domain(n, g) for n, g in verify.gpus_of(topo, inst)]
+    within = topo.lowest_common(sorted(set(homes)))
+    limit = near.level if near is not None else None
+    ok = limit is None or LEVEL_RANK[topo.domains[within].level] <= LEVEL_RANK[limit]
+    return RouterView(rep.index, rep.router, near.pool if near else None, within, limit, ok)
+
+
+def _slo_checks(spec: ServingTopology, topo: Topology, placement: Placement, ex: Explanation) -> list[SloCheck]:
+    """Communication time the placement adds to each SLO target. placer models links, not FLOPs, so the
+    check is that communication leaves room within the budget; the share says how much it takes."""
+    out = []
+    prefill_pools = [p for p in spec.pools if spec.role_of(p) in ("prefill", "aggregated")]
+    decode_pools = [p for p in spec.pools if spec.role_of(p) in ("decode", "aggregated")]
+    if spec.slo.ttft_ms and prefill_pools:
+        worst = 0.0
+        prompt = spec.workload.prompt_tokens
+        for rep in placement.replicas:
+            prompt_pass = max(
+                (
+                    verify.forward_pass(spec, topo, inst.pool, verify.gpus_of(topo, inst), prompt)[1]
+                    for inst in rep.instances
+                    if inst.pool in prefill_pools
+                ),
+                default=0.0,
+            )
+            kv = max((t.transfer_us for t in ex.transfers if t.replica == rep.index), default=0.0)
+            worst = max(worst, prompt_pass + kv)
+        what = "all-reduces of one prompt's forward pass" + (" + KV transfer" if ex.transfers else "")
+        out.append(_slo("ttft", spec.slo.ttft_ms, worst / 1000, what))
+    if spec.slo.itl_ms and decode_pools:
+        worst = max((i.allreduce_us_per_pass for i in ex.instances if i.pool in decode_pools), default=0.0)
+        out.append(_slo("itl", spec.slo.itl_ms, worst / 1000, "all-reduces of one decode step's forward pass"))
+    return out
+
+
+def _slo(name: str, target_ms: float, comm_ms: float, what: str) -> SloCheck:
+    return SloCheck(name, target_ms, comm_ms, comm_ms / target_ms, comm_ms <= target_ms, what)
+
+
+# ---- policies side by side ---------------------------------------------------------------------------
+
+
+def policy_view(name: str, title: str, outcome: str, note: str, report: verify.Report) -> PolicyView:
+    by_pool: dict[str, list[float]] = {}
+    for c in report.instances:
+        by_pool.setdefault(c.pool, []).append(c.allreduce_us)
+    kv = [r for r in report.replicas if r.kv_path is not None]
+    return PolicyView(
+        name=name,
+        title=title,
+        outcome=outcome,
+        note=note,
+        replicas=len(report.replicas),
+        allreduce_us_per_pass={p: sum(v) / len(v) for p, v in sorted(by_pool.items())},
+        kv_transfer_us=max((r.kv_us for r in kv), default=None),
+        kv_bandwidth_gbps=min((r.kv_bandwidth_gbps or 0.0 for r in kv), default=None),
+        units=report.total_units,
+        violations=list(report.violations),
+        vs_placer=None,
+    )
+
+
+def preferred_misses(spec: ServingTopology, topo: Topology, report: verify.Report) -> int:
+    """TP groups placed broader than their pool's preferred level: the solver's second objective, before
+    cost, so a policy that ignores preferences may be cheaper without being better."""
+    out = 0
+    for c in report.instances:
+        preferred = spec.pools[c.pool].placement.preferred
+        if preferred is not None and LEVEL_RANK[topo.domains[c.domain].level] > LEVEL_RANK[preferred]:
+            out += 1
+    return out
+
+
+def _baseline_view(spec: ServingTopology, topo: Topology, result: Any, placer_units: int) -> PolicyView:
+    """A baseline's result (placer.baselines.BaselineResult) in the same terms as placer's."""
+    if result.placement is None or result.report is None:
+        return PolicyView(result.name, result.title, result.outcome, result.note, 0, {}, None, None, None, [], None)
+    view = policy_view(result.name, result.title, result.outcome, result.note, result.report)
+    ratio = view.units / placer_units if placer_units and view.units is not None else None
+    misses = preferred_misses(spec, topo, result.report)
+    return PolicyView(**(asdict(view) | {"vs_placer": ratio, "preferred_misses": misses}))
+
+
+# ---- machine output ----------------------------------------------------------------------------------
+
+
+def _rounded(value: Any, keys: bool = True) -> Any:
+    """camelCase keys like every placer file; floats to 4 decimals so JSON output is stable and readable;
+    infinities as null. Pool names used as keys are kept as they are."""
+    if isinstance(value, float):
+        return None if value != value or value in (float("inf"), float("-inf")) else round(value, 4)
+    if isinstance(value, dict):
+        return {
+            (field_alias(k) if keys else k): _rounded(v, keys=k != "allreduce_us_per_pass") for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_rounded(v, keys) for v in value]
+    return value
+
+
+def to_json(ex: Explanation) -> dict[str, Any]:
+    """The explanation as plain data (``placer explain --output json``); keys are stable."""
+    return _rounded(
+        {
+            "apiVersion": "placer.dev/v1alpha1",
+            "kind": "Explanation",
+            "metadata": {"name": ex.deployment, "namespace": ex.namespace},
+            "cluster": ex.cluster,
+            "solver": {"status": ex.status, "objective": ex.objective, "bound": ex.bound, "gap": ex.gap},
+            "notes": ex.notes,
+            "violations": ex.violations,
+            "instances": [asdict(i) for i in ex.instances],
+            "transfers": [asdict(t) for t in ex.transfers],
+            "routers": [asdict(r) for r in ex.routers],
+            "cost": {
+                "totalUnits": ex.total_units,
+                "unitsPerUs": cost.UNITS_PER_US,
+                "terms": [asdict(t) for t in ex.terms],
+            },
+            "slos": [asdict(s) for s in ex.slos],
+            "policies": [asdict(p) for p in ex.policies],
+        }
+    )

@@ -1,0 +1,4 @@
+"""The formats placer reads and writes: spec, cluster, placement and record models, levels, errors, loading.
+
+Everything else in placer depends on this package; it depends on nothing of placer's.
+"""

@@ -1,0 +1,215 @@
+"""The cluster file as the user writes it (``kind: Cluster``).
+
+Designed to be written by hand: ``nodeClasses`` hold what many nodes share (GPU count and product,
+interconnect, CPU, memory), nodes name their class and say where they sit (rack, leaf, NVLink domain) and
+what is busy. A GPU list may replace the compact ``gpus: {count: 8, ...}`` form when GPUs differ.
+``fabric`` gives one bandwidth/latency figure per link class; ``overrides`` replace them for one domain with
+measured figures (nccl-tests, the unit those tests measure). ``nics`` and ``nvlinkIslands`` record what
+``placer cluster import`` found in a node's topology; they are descriptive, the solver does not read them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from placer.model import k8s
+from placer.model.k8s import Quantity, field_alias
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, alias_generator=field_alias, frozen=True, str_strip_whitespace=True
+    )
+
+
+class Link(_Model):
+    bandwidth_gbps: float = Field(gt=0, le=100_000, description="Per GPU, one direction, GB/s.")
+    latency_us: float = Field(ge=0, le=100_000)
+
+
+class Network(_Model):
+    """The scale-out network: one rail (NIC) per GPU on rail-optimised nodes."""
+
+    kind: Literal["infiniband", "ethernet"] = "infiniband"
+    rail_gbps: float = Field(default=50.0, gt=0, le=10_000, description="One NIC port, GB/s (NDR 400G = 50).")
+    rails_per_node: int = Field(default=8, ge=1, le=64)
+    latency_us: float = Field(default=2.0, ge=0, le=100_000, description="Between nodes under one leaf.")
+
+
+class Spine(_Model):
+    oversubscription: float = Field(
+        default=1.0, ge=1, le=64, description="Leaf uplink oversubscription, e.g. 2 for 2:1."
+    )
+    latency_us: float = Field(default=5.0, ge=0, le=100_000)
+
+
+class Fabric(_Model):
+    """Figures per link class (defaults: vendor figures in docs/DESIGN.md)."""
+
+    nvlink: Link = Link(bandwidth_gbps=900, latency_us=1.0)
+    pcie: Link = Link(bandwidth_gbps=64, latency_us=1.5)
+    cross_socket: Link = Link(bandwidth_gbps=32, latency_us=2.0)
+    nvlink_domain: Link = Link(bandwidth_gbps=600, latency_us=1.5)
+    network: Network = Network()
+    spine: Spine = Spine()
+
+
+class GpuSpec(_Model):
+    index: int = Field(ge=0, le=255)
+    product: str | None = None
+    memory_gib: float | None = Field(default=None, gt=0)
+    socket: int = Field(default=0, ge=0, le=15, description="CPU socket / NUMA node the GPU hangs off.")
+
+
+class GpuGroup(_Model):
+    """Compact form: ``count`` identical GPUs, indices 0..count-1, split evenly over ``sockets``."""
+
+    count: int = Field(ge=0, le=256)
+    product: str
+    memory_gib: float = Field(gt=0)
+
+
+class Nic(_Model):
+    """A network adapter seen in a node's topology (``placer cluster import``). Recorded for people and
+    future use: the solver reads only ``fabric.network.railsPerNode``."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+    socket: int | None = Field(default=None, ge=0, le=255, description="NUMA node the NIC hangs off.")
+    gpus: list[int] = Field(
+        default_factory=list, description="GPU indices behind the same PCIe switch (PIX/PXB): its rail."
+    )
+    bandwidth_gbps: float | None = Field(default=None, gt=0, le=10_000, description="Port speed, GB/s.")
+
+
+_ISLANDS = (
+    "GPU index groups joined by NVLink when not every GPU pair of the node is (e.g. POWER9 NV3 pairs). "
+    "Recorded, not used by the solver: such a node is modelled as PCIe."
+)
+
+
+class NodeClass(_Model):
+    gpus: GpuGroup | list[GpuSpec] | None = None
+    interconnect: Literal["nvlink", "pcie"] = "nvlink"
+    nvlink_gbps: float | None = Field(default=None, gt=0, description="Per-GPU NVLink bandwidth inside the node.")
+    sockets: int = Field(default=1, ge=1, le=16)
+    cpu: Quantity = "64"
+    memory: Quantity = "512Gi"
+    nics: list[Nic] | None = None
+    nvlink_islands: list[list[int]] | None = Field(default=None, description=_ISLANDS)
+
+
+class Used(_Model):
+    cpu: Quantity = "0"
+    memory: Quantity = "0"
+
+
+class Metrics(_Model):
+    """Serving telemetry; a number applies to every GPU of the node, a mapping gives it per GPU index."""
+
+    queue_depth: float | dict[int, float] | None = None
+    kv_cache_hit: float | dict[int, float] | None = None
+
+    @field_validator("queue_depth", "kv_cache_hit")
+    @classmethod
+    def _range(cls, v: float | dict[int, float] | None, info: ValidationInfo) -> float | dict[int, float] | None:
+        values = v.values() if isinstance(v, dict) else [] if v is None else [v]
+        if info.field_name == "queue_depth" and any(x < 0 for x in values):
+            raise ValueError("queueDepth must be >= 0")
+        if info.field_name == "kv_cache_hit" and any(not 0 <= x <= 1 for x in values):
+            raise ValueError("kvCacheHit is a fraction between 0 and 1")
+        return v
+
+
+class NodeSpec(_Model):
+    name: str
+    node_class: str | None = Field(default=None, alias="class")
+    labels: dict[str, str] = Field(default_factory=dict)
+    rack: str | None = None
+    leaf: str | None = None
+    nvlink_domain: str | None = None
+    gpus: GpuGroup | list[GpuSpec] | None = None
+    interconnect: Literal["nvlink", "pcie"] | None = None
+    nvlink_gbps: float | None = Field(default=None, gt=0)
+    sockets: int | None = Field(default=None, ge=1, le=16)
+    cpu: Quantity | None = None
+    memory: Quantity | None = None
+    nics: list[Nic] | None = None
+    nvlink_islands: list[list[int]] | None = Field(default=None, description=_ISLANDS)
+    busy: list[int] = Field(default_factory=list)
+    used: Used = Used()
+    metrics: Metrics = Metrics()
+    schedulable: bool = True
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if len(v) > 253 or not k8s.DNS1123_SUBDOMAIN.match(v):
+            raise ValueError(f"node name {v!r} is not a DNS-1123 subdomain (lower-case, digits, '-', '.')")
+        return v
+
+    @field_validator("rack", "leaf", "nvlink_domain")
+    @classmethod
+    def _domain(cls, v: str | None) -> str | None:
+        if v is not None:
+            k8s.check_label_value(v)
+            if not v:
+                raise ValueError("must not be empty")
+        return v
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            k8s.check_label_key(key)
+            k8s.check_label_value(value)
+        return v
+
+    @field_validator("busy")
+    @classmethod
+    def _busy(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError("busy lists a GPU index twice")
+        return v
+
+
+class Override(_Model):
+    """Measured figures for links that cross between the children of one domain (``level/name``)."""
+
+    domain: str = Field(description="Domain id, e.g. node/dgx-001, rack/r07, leaf/su1.")
+    bandwidth_gbps: float | None = Field(default=None, gt=0, le=100_000)
+    latency_us: float | None = Field(default=None, ge=0, le=100_000)
+    source: str | None = Field(default=None, description="Where the figure came from (free text).")
+
+
+class ClusterMetadata(_Model):
+    name: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return k8s.check_dns_label(v, "metadata.name")
+
+
+class ClusterSpec(_Model):
+    api_version: Literal["placer.dev/v1alpha1"]
+    kind: Literal["Cluster"]
+    metadata: ClusterMetadata
+    fabric: Fabric = Fabric()
+    node_classes: dict[str, NodeClass] = Field(default_factory=dict)
+    nodes: list[NodeSpec] = Field(min_length=1, max_length=100_000)
+    overrides: list[Override] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ClusterSpec:
+        seen: set[str] = set()
+        for i, node in enumerate(self.nodes):
+            if node.name in seen:
+                raise ValueError(f"nodes[{i}].name: node {node.name!r} appears twice")
+            seen.add(node.name)
+            if node.node_class is not None and node.node_class not in self.node_classes:
+                raise ValueError(
+                    f"nodes[{i}].class: {node.node_class!r} is not in nodeClasses {sorted(self.node_classes)}"
+                )
+        return self

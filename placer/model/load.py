@@ -1,0 +1,211 @@
+"""YAML files -> validated models, with errors that name the file, the field path and the line.
+
+Inputs are untrusted: safe loading only, a size limit, no anchors/aliases (the cheapest defence against
+alias bombs, and hand-written specs do not need them), no duplicate keys (PyYAML would silently keep the
+last one). The fast path parses with libyaml; line numbers are recovered by composing the document again
+only when there is an error to report.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from placer.model.cluster import ClusterSpec
+from placer.model.errors import InputError
+from placer.model.spec import ServingTopology
+
+MAX_BYTES = 64 * 1024 * 1024
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # type: ignore[assignment]
+M = TypeVar("M", bound=BaseModel)
+
+KINDS: dict[str, type[BaseModel]] = {"ServingTopology": ServingTopology, "Cluster": ClusterSpec}
+
+
+def read_text(path: Path) -> str:
+    """Read a file with a size limit, as text."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise InputError(f"{path}: {size} bytes is over the {MAX_BYTES // (1024 * 1024)} MiB input limit")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+
+
+def parse_documents(text: str, source: str) -> list[tuple[Any, yaml.Node]]:
+    """Parse every YAML document, refusing aliases and duplicate keys; keep each node tree for lines."""
+    try:
+        nodes = list(yaml.compose_all(text, Loader=_Loader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(f"{source}{where}: not valid YAML: {problem}") from exc
+    out = []
+    for node in nodes:
+        if node is None:
+            continue
+        _check_node(node, source)
+        loader = _Loader("")
+        data = loader.construct_document(node)
+        out.append((data, node))
+    return out
+
+
+def _check_node(root: yaml.Node, source: str) -> None:
+    """Reject aliases (a node reached twice) and duplicate mapping keys, iteratively."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            raise InputError(f"{source}:{node.start_mark.line + 1}: YAML anchors and aliases are not allowed")
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: set[str] = set()
+            for key, value in node.value:
+                if key.tag == "tag:yaml.org,2002:merge":
+                    raise InputError(f"{source}:{key.start_mark.line + 1}: YAML merge keys (<<) are not allowed")
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in keys:
+                        raise InputError(f"{source}:{key.start_mark.line + 1}: key {key.value!r} appears twice")
+                    keys.add(key.value)
+                stack += [key, value]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += node.value
+
+
+def line_of(root: yaml.Node, path: tuple[Any, ...]) -> int | None:
+    """The 1-based line of the value at ``path`` (pydantic loc), or of the deepest parent found."""
+    node, line = root, root.start_mark.line + 1
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            match = next(
+                ((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(part)), None
+            )
+            if match is None:
+                return line
+            node, line = match[1], match[0].start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def format_loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+_PATH_IN_MESSAGE = re.compile(r"^([A-Za-z][\w]*(?:\[\d+\]|\.[A-Za-z][\w-]*)*):")
+
+
+def _path_from_text(text: str) -> tuple[Any, ...]:
+    match = _PATH_IN_MESSAGE.match(text)
+    if not match:
+        return ()
+    parts: list[Any] = []
+    for token in re.findall(r"[A-Za-z][\w-]*|\[\d+\]", match.group(1)):
+        parts.append(int(token[1:-1]) if token.startswith("[") else token)
+    return tuple(parts)
+
+
+def validation_message(exc: ValidationError, source: str, root: yaml.Node) -> str:
+    """One paragraph per problem: file:line: field.path: what was expected (what was given)."""
+    lines = []
+    for err in exc.errors(include_url=False)[:10]:
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "list[", "dict["))))
+        # pydantic reports union members as extra loc parts (e.g. 'GpuGroup'): drop class-like names.
+        loc = tuple(p for p in loc if not (isinstance(p, str) and p[:1].isupper() and p not in ("",)))
+        msg = err["msg"].removeprefix("Value error, ")
+        path = loc or _path_from_text(msg)
+        line = line_of(root, path)
+        where = f"{source}:{line}" if line else source
+        field = format_loc(loc)
+        got = err.get("input")
+        hint = ""
+        if err["type"] in ("extra_forbidden",):
+            msg = "unknown field (check spelling; see schemas/ for the allowed fields)"
+        elif not isinstance(got, (dict, list)) and got is not None and err["type"] != "value_error":
+            hint = f" (got {got!r})"
+        lines.append(f"{where}: {field + ': ' if field else ''}{msg}{hint}")
+    more = len(exc.errors()) - 10
+    if more > 0:
+        lines.append(f"... and {more} more problem(s)")
+    return "\n".join(lines)
+
+
+def load_model(path: Path, model: type[M]) -> M:
+    """Load one document of ``model``'s kind from ``path``."""
+    docs = parse_documents(read_text(path), str(path))
+    if len(docs) != 1:
+        raise InputError(f"{path}: expected exactly one YAML document, found {len(docs)}")
+    return validate_document(docs[0], str(path), model)
+
+
+def validate_document(doc: tuple[Any, yaml.Node], source: str, model: type[M]) -> M:
+    data, root = doc
+    if not isinstance(data, dict):
+        raise InputError(f"{source}:1: expected a mapping with apiVersion and kind, got {type(data).__name__}")
+    expected_kind = model.model_fields["kind"].annotation.__args__[0]  # type: ignore[union-attr]
+    kind = data.get("kind")
+    if kind != expected_kind:
+        raise InputError(
+            f"{source}:{line_of(root, ('kind',))}: kind: expected {expected_kind!r}, got {kind!r}"
+            + (" (did you swap the spec and the cluster file?)" if kind in KINDS else "")
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(validation_message(exc, source, root)) from None
+
+
+def load_spec(path: Path) -> ServingTopology:
+    return load_model(path, ServingTopology)
+
+
+def load_specs(path: Path) -> list[tuple[ServingTopology, str]]:
+    """Every spec a path gives: a file of one or more YAML documents, or a directory of them (``*.yaml``,
+    ``*.yml``, in name order). Each comes with its source for messages: ``file`` or ``file#2`` (document 2)."""
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+        if not files:
+            raise InputError(f"{path}: directory holds no .yaml or .yml spec files")
+        return [spec for f in files for spec in load_specs(f)]
+    docs = parse_documents(read_text(path), str(path))
+    if not docs:
+        raise InputError(f"{path}: no YAML document")
+    many = len(docs) > 1
+    out = []
+    for i, doc in enumerate(docs, start=1):
+        source = f"{path}#{i}" if many else str(path)
+        out.append((validate_document(doc, source, ServingTopology), source))
+    return out
+
+
+def load_cluster(path: Path) -> ClusterSpec:
+    return load_model(path, ClusterSpec)
+
+
+def locate(path: Path, error: InputError) -> InputError:
+    """Give an error raised after loading (message starting with a field path) the file and line."""
+    message = str(error)
+    try:
+        docs = parse_documents(read_text(path), str(path))
+        line = line_of(docs[0][1], _path_from_text(message)) if docs else None
+    except InputError:
+        line = None
+    return InputError(f"{path}:{line}: {message}" if line else f"{path}: {message}")

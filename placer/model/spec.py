@@ -1,0 +1,372 @@
+"""The serving-topology spec as the user writes it (``kind: ServingTopology``).
+
+Pydantic models at the edge: unknown fields are rejected, names that reach manifests are checked against
+Kubernetes rules, and cross-field rules (``nodeCount x gpusPerNode == TP x PP``, pool references) are
+checked here so that the rest of placer never sees an impossible spec. The JSON Schema in ``schemas/`` is
+generated from these classes (``placer schema``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from placer import API_VERSION
+from placer.model import k8s
+from placer.model.k8s import Quantity, field_alias
+from placer.model.levels import LEVEL_RANK, Level
+
+Role = Literal["prefill", "decode", "aggregated"]
+DEFAULT_DECODE_TOKENS = 256  # a decode batch's tokens per forward pass when the spec does not say
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, alias_generator=field_alias, frozen=True, str_strip_whitespace=True
+    )
+
+
+class Metadata(_Model):
+    name: str = Field(description="DNS-1123 label; prefixes every emitted object's name.")
+    namespace: str = "default"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        # Object names are "<name>-r<k>-<pool>-<i>-<j>", so keep the deployment name short.
+        return k8s.check_dns_label(v, "metadata.name", max_len=40)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        return k8s.check_dns_label(v, "metadata.namespace")
+
+
+class ModelShape(_Model):
+    """The model's shape: all the cost model needs to size all-reduce messages and KV caches."""
+
+    layers: int = Field(ge=1, le=1024)
+    hidden_size: int = Field(ge=1, le=1 << 20)
+    kv_heads: int = Field(ge=1, le=1024)
+    head_dim: int = Field(ge=1, le=4096)
+    bytes_per_element: float = Field(default=2, gt=0, le=8, description="2 for bf16/fp16, 1 for fp8.")
+
+
+class Workload(_Model):
+    """Request shape used to turn link figures into times (defaults documented in docs/DESIGN.md)."""
+
+    prompt_tokens: int = Field(default=2048, ge=1, le=10_000_000, description="Typical prompt length.")
+
+
+class GpuSelector(_Model):
+    product: str | None = Field(default=None, description="Exact GPU product (GFD nvidia.com/gpu.product).")
+    min_memory_gib: float | None = Field(default=None, gt=0)
+
+
+class Placement(_Model):
+    required: Level = Field(default="spine", description="Each TP group must sit inside one domain of this level.")
+    preferred: Level | None = Field(default=None, description="Soft: groups placed broader than this count as misses.")
+
+    @model_validator(mode="after")
+    def _order(self) -> Placement:
+        if self.preferred and LEVEL_RANK[self.preferred] > LEVEL_RANK[self.required]:
+            raise ValueError(f"preferred level {self.preferred!r} is broader than required {self.required!r}")
+        return self
+
+
+class EnvVar(_Model):
+    name: str
+    value: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not k8s.ENV_NAME.match(v):
+            raise ValueError(f"env name {v!r} must match [-._a-zA-Z][-._a-zA-Z0-9]*")
+        return v
+
+
+class Resources(_Model):
+    """CPU/memory requests and limits per pod; placer adds ``nvidia.com/gpu`` itself."""
+
+    requests: dict[str, str] = Field(default_factory=dict)
+    limits: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("requests", "limits")
+    @classmethod
+    def _quantities(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, qty in v.items():
+            if key == "nvidia.com/gpu":
+                raise ValueError("nvidia.com/gpu is set by placer from the placement; remove it")
+            k8s.check_label_key(key)
+            k8s.parse_quantity(qty)
+        return v
+
+
+class Port(_Model):
+    name: str = "http"
+    container_port: int = Field(ge=1, le=65535)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return k8s.check_dns_label(v, "port name", max_len=15)
+
+
+class ContainerTemplate(_Model):
+    image: str
+    command: list[str] = Field(default_factory=list)
+    args: list[str] = Field(default_factory=list)
+    env: list[EnvVar] = Field(default_factory=list)
+    resources: Resources = Field(default_factory=Resources)
+    ports: list[Port] = Field(default_factory=list)
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        if len(v) > 512 or not k8s.IMAGE_REF.match(v):
+            raise ValueError(f"image {v!r} is not an image reference like registry/org/name:tag")
+        return v
+
+
+class Pool(_Model):
+    """One pool of identical serving instances (one engine process group each)."""
+
+    role: Role | None = Field(default=None, description="Defaults to the pool's name when that is a role.")
+    instances: int = Field(ge=1, le=4096)
+    tensor_parallel: int = Field(ge=1, le=72, description="GPUs per TP group (one pipeline stage).")
+    pipeline_parallel: int = Field(default=1, ge=1, le=64)
+    node_count: int | None = Field(default=None, ge=1, le=1024, description="Nodes per instance (multi-node).")
+    gpus_per_node: int | None = Field(default=None, ge=1, le=72)
+    gpu: GpuSelector = Field(default_factory=GpuSelector)
+    placement: Placement = Field(default_factory=Placement)
+    tokens_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="Tokens per forward pass, sizes the all-reduce message (default: prompt for prefill, 256).",
+    )
+    template: ContainerTemplate
+
+    @property
+    def gpus_per_instance(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel
+
+    @model_validator(mode="after")
+    def _multi_node(self) -> Pool:
+        nodes, per_node = self.node_count, self.gpus_per_node
+        if (nodes is None) != (per_node is None):
+            raise ValueError("nodeCount and gpusPerNode go together: give both or neither")
+        if nodes is not None and per_node is not None:
+            total = self.gpus_per_instance
+            if nodes * per_node != total:
+                raise ValueError(
+                    f"nodeCount x gpusPerNode = {nodes} x {per_node} = {nodes * per_node}, but "
+                    f"tensorParallel x pipelineParallel = {self.tensor_parallel} x {self.pipeline_parallel} = {total}"
+                )
+            if self.pipeline_parallel > 1 and self.tensor_parallel > per_node:
+                raise ValueError(
+                    "with pipelineParallel > 1 each TP group must fit on one node "
+                    f"(tensorParallel {self.tensor_parallel} > gpusPerNode {per_node})"
+                )
+            if self.pipeline_parallel > 1 and per_node % self.tensor_parallel:
+                raise ValueError(f"gpusPerNode {per_node} must be a multiple of tensorParallel {self.tensor_parallel}")
+        return self
+
+
+class Transfer(_Model):
+    """What the KV-cache path from one pool to another must offer, within every replica."""
+
+    source: str = Field(alias="from", default="prefill")
+    target: str = Field(alias="to", default="decode")
+    min_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    max_level: Level | None = None
+
+
+class RouterNear(_Model):
+    pool: str
+    level: Level = "rack"
+
+
+class Router(_Model):
+    """The request router (one per replica): a CPU pod placed near a pool, with a Service in front."""
+
+    image: str = "ghcr.io/placer/router:latest"
+    args: list[str] = Field(default_factory=list)
+    port: int = Field(default=8000, ge=1, le=65535)
+    cpu: Quantity = "2"
+    memory: Quantity = "4Gi"
+    near: RouterNear | None = None
+    start_first: bool = Field(
+        default=False, description="Start the router before the engines (Grove: every engine clique startsAfter it)."
+    )
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        return ContainerTemplate._image(v)
+
+
+class Spread(_Model):
+    level: Level
+
+
+class Objective(_Model):
+    """Weights of the cost terms; docs/DESIGN.md gives their units."""
+
+    all_reduce: float = Field(default=1.0, ge=0, le=1e6, description="per us of all-reduce time per forward pass")
+    kv_transfer: float = Field(default=1.0, ge=0, le=1e6, description="per us of KV transfer per typical prompt")
+    queue_depth: float = Field(default=100.0, ge=0, le=1e6, description="per queued request per GPU")
+    cache_miss: float = Field(default=1000.0, ge=0, le=1e6, description="per GPU at 100 % KV-cache miss")
+
+
+class Slo(_Model):
+    ttft_ms: float | None = Field(default=None, gt=0)
+    itl_ms: float | None = Field(default=None, gt=0)
+
+
+class Dra(_Model):
+    """Which DRA driver publishes the GPUs (``placer solve --target dra``)."""
+
+    device_class: str = Field(default="gpu.nvidia.com", description="DeviceClass of whole GPUs.")
+    driver: str = Field(default="gpu.nvidia.com", description="Driver name: the domain of its device attributes.")
+
+    @field_validator("device_class", "driver")
+    @classmethod
+    def _subdomain(cls, v: str) -> str:
+        if len(v) > 253 or not k8s.DNS1123_SUBDOMAIN.match(v):
+            raise ValueError(f"{v!r} is not a DNS-1123 subdomain like gpu.nvidia.com")
+        return v
+
+
+class Scheduling(_Model):
+    """How the gang is handed to the cluster's scheduler; docs/TARGETS.md says which target reads what."""
+
+    scheduler_name: str = Field(
+        default="scheduler-plugins-scheduler",
+        description="Pods' schedulerName; when not given, each --target uses its scheduler's own name.",
+    )
+    schedule_timeout_seconds: int = Field(default=600, ge=1, le=86400)
+    priority: int = Field(
+        default=0,
+        ge=-(10**9),
+        le=10**9,
+        description="When several specs are placed together, higher goes first and is never left out or made "
+        "worse for a lower one (like a PriorityClass value).",
+    )
+    queue: str | None = Field(default=None, description="KAI / Volcano queue or Kueue LocalQueue (target default).")
+    topology: str | None = Field(
+        default=None, description="KAI Topology to reference; placer emits one named placer-<cluster> otherwise."
+    )
+    topology_labels: dict[Level, str] = Field(
+        default_factory=dict,
+        description="Node label key per placer level (defaults: kubernetes.io/hostname, nvidia.com/gpu.clique, "
+        "placer.dev/rack, placer.dev/leaf).",
+    )
+    volcano_tiers: dict[Level, int] = Field(
+        default_factory=dict, description="Volcano HyperNode tier per level (default: numbered from the cluster)."
+    )
+    dra: Dra = Field(default_factory=Dra)
+
+    @field_validator("scheduler_name")
+    @classmethod
+    def _sched(cls, v: str) -> str:
+        return k8s.check_dns_label(v, "schedulerName")
+
+    @field_validator("queue", "topology")
+    @classmethod
+    def _names(cls, v: str | None) -> str | None:
+        return None if v is None else k8s.check_dns_label(v, "scheduling queue/topology name")
+
+    @field_validator("topology_labels")
+    @classmethod
+    def _label_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v.values():
+            k8s.check_label_key(key)
+        return v
+
+    @field_validator("volcano_tiers")
+    @classmethod
+    def _tiers(cls, v: dict[str, int]) -> dict[str, int]:
+        if any(not 1 <= t <= 64 for t in v.values()):
+            raise ValueError("volcanoTiers: tiers are 1-64")
+        ordered = [v[lv] for lv in LEVEL_RANK if lv in v]
+        if ordered != sorted(ordered) or len(set(ordered)) != len(ordered):
+            raise ValueError("volcanoTiers: a broader level needs a higher tier")
+        return v
+
+
+class Nccl(_Model):
+    """NCCL environment: placer picks values from the placement; ``env`` wins over them, and a pool's
+    template env wins over both."""
+
+    auto: bool = Field(default=True, description="Let placer choose NCCL settings from each instance's links.")
+    env: dict[str, str] = Field(default_factory=dict, description="Values that replace placer's choices.")
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if not k8s.ENV_NAME.match(name):
+                raise ValueError(f"nccl.env: {name!r} is not an environment variable name")
+        return v
+
+
+class ServingTopology(_Model):
+    api_version: Literal["placer.dev/v1alpha1"] = Field(description=f"Always {API_VERSION}.")
+    kind: Literal["ServingTopology"]
+    metadata: Metadata
+    model: ModelShape
+    workload: Workload = Field(default_factory=Workload)
+    pools: Annotated[dict[str, Pool], Field(min_length=1, max_length=16)]
+    transfer: Transfer | None = None
+    router: Router | None = None
+    replicas: int = Field(default=1, ge=1, le=1024)
+    min_replicas: int | None = Field(default=None, ge=0, le=1024)
+    spread: Spread | None = None
+    objective: Objective = Field(default_factory=Objective)
+    slo: Slo = Field(default_factory=Slo)
+    scheduling: Scheduling = Field(default_factory=Scheduling)
+    nccl: Nccl = Field(default_factory=Nccl)
+
+    @field_validator("pools")
+    @classmethod
+    def _pool_names(cls, pools: dict[str, Pool]) -> dict[str, Pool]:
+        for name, pool in pools.items():
+            k8s.check_dns_label(name, "pool name", max_len=12)
+            if pool.role is None and name not in ("prefill", "decode", "aggregated"):
+                raise ValueError(f"pool {name!r}: give role (prefill, decode or aggregated)")
+        return pools
+
+    @model_validator(mode="after")
+    def _references(self) -> ServingTopology:
+        if self.min_replicas is not None and self.min_replicas > self.replicas:
+            raise ValueError(f"minReplicas: {self.min_replicas} is more than replicas {self.replicas}")
+        refs: list[tuple[str, str]] = []
+        if self.transfer:
+            refs += [("transfer.from", self.transfer.source), ("transfer.to", self.transfer.target)]
+            if self.transfer.source == self.transfer.target:
+                raise ValueError("transfer.to: transfer.from and transfer.to name the same pool")
+        if self.router and self.router.near:
+            refs.append(("router.near.pool", self.router.near.pool))
+        for where, pool in refs:
+            if pool not in self.pools:
+                raise ValueError(f"{where}: names pool {pool!r}, but the pools are {sorted(self.pools)}")
+        return self
+
+    def role_of(self, pool: str) -> Role:
+        declared = self.pools[pool].role
+        return declared if declared is not None else pool  # type: ignore[return-value]
+
+    def tokens_in_flight(self, pool: str) -> int:
+        """Tokens per forward pass of a pool: its own figure, else the typical prompt for prefill."""
+        given = self.pools[pool].tokens_in_flight
+        if given is not None:
+            return given
+        return self.workload.prompt_tokens if self.role_of(pool) == "prefill" else DEFAULT_DECODE_TOKENS
+
+    @property
+    def replicas_floor(self) -> int:
+        """Fewest complete replicas acceptable; all of them unless minReplicas says otherwise."""
+        return self.replicas if self.min_replicas is None else self.min_replicas

@@ -1,0 +1,434 @@
+"""Why nothing fits: the smallest set of rules that cannot hold together, in operators' words, and a
+relaxation that is proven to make the request fit.
+
+Phase 1 checks each rule on its own against the cluster: a pool's GPU selector, its packing level (how
+many of its TP groups fit at that level at all), the total GPU need, each replica-level rule (transfer floor,
+router proximity) and the router's own CPU/memory. A rule that fails alone is a conflict by itself and is
+reported with the numbers (subject -> count -> limit) and the nearest relaxation. Phase 2, when every rule
+fits alone, runs a deletion filter over the relaxable rules (transfer floor, router proximity, spread,
+minReplicas): drop a rule, re-solve; if still infeasible the rule was not needed for the conflict. What
+remains is a minimal conflicting set; for each of its rules placer searches the mildest relaxation that
+makes the request feasible (a lower floor, a broader level, fewer replicas) and reports it only when a
+solve confirms it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from placer.model.levels import LEVEL_RANK, LEVEL_WORDS, LEVELS
+from placer.model.spec import ServingTopology
+from placer.solver.problem import Problem, build_problem, free_in
+
+
+@dataclass(frozen=True)
+class Conflict:
+    rule: str  # the spec field at stake, e.g. "pools.prefill.placement.required", "transfer.minBandwidthGBps"
+    message: str  # subject -> count -> limit
+    relax: str | None  # what would make it fit (verified by a solve where it says so)
+    relaxable: str | None = None  # one of RELAXABLE: its relaxation is searched by solving
+
+    def __str__(self) -> str:
+        return self.message + (f" Relax: {self.relax}" if self.relax else "")
+
+
+class Budget:
+    """Wall-clock budget for the feasibility solves of phase 2 and of the relaxation search: explaining
+    must not take longer than solving (at 10k GPUs one feasibility solve can take seconds)."""
+
+    def __init__(self, seconds: float):
+        self.deadline = time.perf_counter() + seconds
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+
+def explain_infeasible(problem: Problem, seconds: float = 20.0) -> list[Conflict]:
+    """Phase 1, else phase 2; then a verified relaxation for every relaxable rule in the answer."""
+    budget = Budget(seconds)
+    found = single_rule_conflicts(problem) or deletion_filter(problem, budget)
+    return [_with_relaxation(problem, c, budget) for c in found]
+
+
+def _with_relaxation(problem: Problem, c: Conflict, budget: Budget) -> Conflict:
+    if c.relaxable is None:
+        return c
+    return replace(c, relax=_relaxation(problem, c.relaxable, budget))
+
+
+# ---- phase 1: rules that fail on their own ----------------------------------------------------------
+
+
+def _maximal_domains(problem: Problem, level: str) -> list[str]:
+    """The domains that partition the cluster at ``level``: as broad as ``level`` allows (merged domains
+    included), never socket domains unless the level is ``socket``."""
+    topo = problem.topology
+    rank = LEVEL_RANK[level]
+    out = []
+    for dom in topo.domains.values():
+        if LEVEL_RANK[dom.level] > rank or (dom.level == "socket" and level != "socket"):
+            continue
+        parent = topo.domains[dom.parent] if dom.parent else None
+        if parent is None or LEVEL_RANK[parent.level] > rank:
+            out.append(dom.id)
+    return sorted(out, key=topo.order.__getitem__)
+
+
+def _free_in(problem: Problem, pool: str, dom_id: str) -> int:
+    """Free GPUs in a domain on the nodes whose GPUs match the pool's selector."""
+    dom = problem.topology.domains[dom_id]
+    return sum(free_in(problem.topology, n, dom) for n in dom.nodes if n in problem.pools[pool].eligible)
+
+
+def groups_that_fit(problem: Problem, pool: str, level: str) -> tuple[int, list[tuple[int, str]]]:
+    """An upper bound on how many instances of ``pool`` fit at ``level`` on their own, and the free blocks
+    (largest first). Exact for single-node and spanning instances; for multi-node ones it counts pod slots."""
+    plan = problem.pools[pool]
+    topo = problem.topology
+    total = 0
+    blocks = []
+    for dom_id in _maximal_domains(problem, level):
+        free = _free_in(problem, pool, dom_id)
+        if free == 0:
+            continue
+        blocks.append((free, dom_id))
+        if plan.multi_node:
+            g = plan.gpus_per_node or 1
+            nodes = [n for n in topo.domains[dom_id].nodes if n in plan.eligible]
+            slots = sum(len(topo.nodes[n].free_gpus) // g for n in nodes)
+            total += slots // (plan.node_count or 1)
+        elif level in ("node", "socket") or topo.domains[dom_id].level in ("node", "socket"):
+            total += _unit_groups(problem, pool, dom_id, level)
+        else:
+            total += free // plan.size
+    blocks.sort(key=lambda b: (-b[0], topo.order[b[1]]))
+    return total, blocks
+
+
+def _unit_groups(problem: Problem, pool: str, dom_id: str, level: str) -> int:
+    """Instances that fit one node (or socket) each, inside one domain."""
+    plan = problem.pools[pool]
+    topo = problem.topology
+    dom = topo.domains[dom_id]
+    count = 0
+    for n in dom.nodes:
+        if n not in plan.eligible:
+            continue
+        node = topo.nodes[n]
+        if level == "socket" and len(node.sockets) > 1:
+            for s in node.sockets:
+                if dom.socket is None or dom.socket == s:
+                    count += sum(1 for g in node.free_gpus if node.gpu(g).socket == s) // plan.size
+        else:
+            count += len(node.free_gpus) // plan.size
+    return count
+
+
+def _shape(problem: Problem, pool: str, count: int) -> str:
+    plan = problem.pools[pool]
+    groups = f"{count} group{'s' if count != 1 else ''}"
+    if plan.multi_node:
+        return f"{groups} of {plan.node_count} nodes x {plan.gpus_per_node} GPUs"
+    return f"{groups} of {plan.size} GPUs"
+
+
+def _packing_conflict(problem: Problem, name: str) -> Conflict | None:
+    plan = problem.pools[name]
+    need = plan.instances * problem.min_replicas
+    fit, blocks = groups_that_fit(problem, name, plan.required)
+    if fit >= need:
+        return None
+    where = LEVEL_WORDS[plan.required]
+    largest = f"the largest free block is {blocks[0][0]} GPUs ({blocks[0][1]})" if blocks else "no GPU is free"
+    message = (
+        f"{name} needs {_shape(problem, name, need)}, each inside {where}; "
+        f"only {fit} such group{'s' if fit != 1 else ''} fit{'s' if fit == 1 else ''} ({largest})."
+    )
+    relax = []
+    for level in _levels(problem, broader_than=plan.required):
+        if groups_that_fit(problem, name, level)[0] >= need:
+            relax.append(f"allow pools.{name}.placement.required: {level}")
+            break
+    if blocks and not plan.multi_node and blocks[0][0] < plan.size:
+        relax.append(f"free {plan.size - blocks[0][0]} more GPUs in {blocks[0][1]}")
+    return Conflict(f"pools.{name}.placement.required", message, "; or ".join(relax) or None)
+
+
+def single_rule_conflicts(problem: Problem) -> list[Conflict]:
+    topo = problem.topology
+    out: list[Conflict] = []
+    total_need = 0
+    for name, plan in sorted(problem.pools.items()):
+        free = sum(len(topo.nodes[n].free_gpus) for n in plan.eligible)
+        need = plan.size * plan.instances * problem.min_replicas
+        total_need += need
+        if not plan.eligible:
+            product, memory = plan.selector
+            out.append(
+                Conflict(
+                    f"pools.{name}.gpu",
+                    f"{name}: no schedulable node has GPUs matching product={product!r}, minMemoryGiB={memory}.",
+                    f"change pools.{name}.gpu",
+                )
+            )
+            continue
+        if need > free:
+            out.append(
+                Conflict(
+                    f"pools.{name}.instances",
+                    f"{name} needs {need} GPUs for {problem.min_replicas} replica(s); only {free} matching GPUs "
+                    "are free in the whole cluster.",
+                    f"lower minReplicas or pools.{name}.instances, or free {need - free} GPUs",
+                )
+            )
+            continue
+        packing = _packing_conflict(problem, name)
+        if packing is not None:
+            out.append(packing)
+    union = frozenset().union(*(plan.eligible for plan in problem.pools.values()))
+    free_any = sum(len(topo.nodes[n].free_gpus) for n in union)
+    if not out and len(problem.pools) > 1 and total_need > free_any:
+        out.append(
+            Conflict(
+                "replicas",
+                f"{problem.min_replicas} replica(s) need {total_need} GPUs across all pools; only {free_any} "
+                "matching GPUs are free.",
+                f"lower minReplicas or instances, or free {total_need - free_any} GPUs",
+            )
+        )
+    for coloc in problem.colocations:
+        if not coloc.containers:
+            out.append(_colocation_conflict(problem, coloc))
+    if problem.has_router and not problem.router_nodes:
+        out.append(
+            Conflict(
+                "router",
+                f"the router needs {problem.router_cpu_m}m CPU and {problem.router_memory_bytes // 2**20} MiB of "
+                "memory on one node; no node has that much free.",
+                "lower router.cpu / router.memory",
+            )
+        )
+    return out
+
+
+def _colocation_conflict(problem: Problem, coloc) -> Conflict:
+    need = sum(problem.pools[p].size * problem.pools[p].instances for p in coloc.pools)
+    t = problem.spec.transfer
+    message = f"{coloc.rule}: no single domain has the {need} free GPUs this requires."
+    if coloc.name == "transfer" and t is not None and t.min_bandwidth_gbps:
+        offers = _kv_offers(problem, t.min_bandwidth_gbps)
+        if offers:
+            bw, dom = offers[0]
+            message = (
+                f"{coloc.rule}: a replica needs {need} GPUs in one domain whose KV path offers "
+                f"{t.min_bandwidth_gbps:g} GB/s; the best domain with room offers {bw:g} GB/s ({dom})."
+            )
+    return Conflict(_rule_field(coloc.name), message, None, _rule_name(coloc.name))
+
+
+def _rule_name(colocation: str) -> str:
+    return "transfer floor" if colocation == "transfer" else "router proximity"
+
+
+def _rule_field(colocation: str) -> str:
+    return "transfer" if colocation == "transfer" else "router.near.level"
+
+
+# ---- phase 2: a deletion filter over the relaxable rules ---------------------------------------------
+
+
+RELAXABLE = ("transfer floor", "router proximity", "replica spread", "minReplicas")
+
+
+def _with(spec: ServingTopology, rule: str, value) -> ServingTopology:
+    """The spec with one rule dropped (value None) or set to a milder value."""
+    if rule == "transfer floor":
+        assert spec.transfer is not None
+        update = {"min_bandwidth_gbps": None, "max_level": None} if value is None else value
+        return spec.model_copy(update={"transfer": spec.transfer.model_copy(update=update)})
+    if rule == "router proximity":
+        assert spec.router is not None and spec.router.near is not None
+        near = None if value is None else spec.router.near.model_copy(update={"level": value})
+        return spec.model_copy(update={"router": spec.router.model_copy(update={"near": near})})
+    if rule == "replica spread":
+        spread = None if value is None else spec.spread.model_copy(update={"level": value})  # type: ignore[union-attr]
+        return spec.model_copy(update={"spread": spread})
+    return spec.model_copy(update={"min_replicas": min(1, spec.replicas_floor) if value is None else value})
+
+
+def _feasible(spec: ServingTopology, problem: Problem, budget: Budget) -> bool | None:
+    """True / False when a solve decides it within the budget; None when it could not."""
+    from ortools.sat.python import cp_model
+
+    from placer.solver.cpsat.model import PlacementModel
+
+    if budget.left() < 0.2:
+        return None
+    relaxed = build_problem(spec, problem.topology)
+    if single_rule_conflicts(relaxed):
+        return False
+    pm = PlacementModel(relaxed)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = min(10.0, budget.left())
+    solver.parameters.num_workers = 1
+    solver.parameters.cp_model_probing_level = 0
+    solver.parameters.symmetry_level = 0
+    status = solver.solve(pm.model)
+    if status == cp_model.INFEASIBLE:
+        return False
+    return True if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
+
+
+def _present(spec: ServingTopology) -> list[str]:
+    out = []
+    if spec.transfer is not None and (spec.transfer.min_bandwidth_gbps or spec.transfer.max_level):
+        out.append("transfer floor")
+    if spec.router is not None and spec.router.near is not None:
+        out.append("router proximity")
+    if spec.spread is not None:
+        out.append("replica spread")
+    if spec.replicas_floor > 1:
+        out.append("minReplicas")
+    return out
+
+
+def deletion_filter(problem: Problem, budget: Budget) -> list[Conflict]:
+    """Keep only the relaxable rules needed for infeasibility: drop each in turn and keep it dropped when
+    the rest is still infeasible. The survivors conflict together; dropping any one of them fits."""
+    spec = problem.spec
+    present = _present(spec)
+    everything_off = spec
+    for rule in present:
+        everything_off = _with(everything_off, rule, None)
+    if _feasible(everything_off, problem, budget) is False:
+        return [
+            Conflict(
+                "pools",
+                "the pools' TP groups cannot be packed together on the free GPUs at their required levels "
+                "(each pool fits on its own, but not all of them at once).",
+                "lower instances or minReplicas, allow broader placement.required levels, or free GPUs",
+            )
+        ]
+    needed = list(present)
+    for rule in present:
+        keep = [r for r in needed if r != rule]
+        trial = spec
+        for r in present:
+            if r not in keep:
+                trial = _with(trial, r, None)
+        if _feasible(trial, problem, budget) is False:  # unknown (out of time) keeps the rule: safe
+            needed = keep
+    out = [Conflict(_field(rule), _describe(problem, rule), None, rule) for rule in needed]
+    if len(out) > 1:
+        out.append(
+            Conflict(
+                "", "these rules cannot all hold together; relaxing any one of them makes a placement possible.", None
+            )
+        )
+    return out
+
+
+def _field(rule: str) -> str:
+    return {
+        "transfer floor": "transfer",
+        "router proximity": "router.near.level",
+        "replica spread": "spread.level",
+        "minReplicas": "minReplicas",
+    }[rule]
+
+
+def _describe(problem: Problem, rule: str) -> str:
+    spec = problem.spec
+    if rule == "transfer floor":
+        return next(c.rule for c in problem.colocations if c.name == "transfer") + "."
+    if rule == "router proximity":
+        return next(c.rule for c in problem.colocations if c.name == "router") + "."
+    if rule == "replica spread":
+        assert spec.spread is not None
+        return f"{spec.replicas_floor} replicas, each in a different {spec.spread.level}."
+    return f"minReplicas {spec.replicas_floor}: that many complete replicas."
+
+
+# ---- the mildest relaxation that fits ----------------------------------------------------------------
+
+
+def _levels(problem: Problem, broader_than: str | None = None, narrower_than: str | None = None) -> list[str]:
+    """Levels this cluster has domains at (a level merged away everywhere means the same as its
+    neighbour), broader than one level or narrower than another, in the order to try them."""
+    present = {d.level for d in problem.topology.domains.values()} | {"spine"}
+    if broader_than is not None:
+        return [lv for lv in LEVELS[LEVEL_RANK[broader_than] + 1 :] if lv in present]
+    assert narrower_than is not None
+    return [lv for lv in reversed(LEVELS[: LEVEL_RANK[narrower_than]]) if lv in present and lv != "socket"]
+
+
+def _relaxation(problem: Problem, rule: str, budget: Budget) -> str | None:
+    """The mildest change to one rule that a solve confirms makes the request feasible."""
+    spec = problem.spec
+
+    def fits(changed: ServingTopology) -> bool:
+        return _feasible(changed, problem, budget) is True
+
+    def otherwise(text: str) -> str:
+        """When no milder value was confirmed: say so, and why (none fits on its own, or out of time)."""
+        why = "out of time to verify a milder value" if budget.left() < 0.2 else "no milder value fits on its own"
+        return f"{text} ({why})"
+
+    if rule == "transfer floor":
+        t = spec.transfer
+        if t is None:  # the implicit prefill -> decode pairing has no floor to lower
+            return "free GPUs so that one domain can hold a whole replica's transfer pools"
+        if t.min_bandwidth_gbps:
+            for floor in _floor_steps(problem, t.min_bandwidth_gbps):
+                if fits(_with(spec, rule, {"min_bandwidth_gbps": floor})):
+                    return f"lower transfer.minBandwidthGBps to {floor:g} (the best path a feasible placement offers)"
+        if t.max_level:
+            for level in _levels(problem, broader_than=t.max_level):
+                if fits(_with(spec, rule, {"max_level": level})):
+                    return f"allow transfer.maxLevel: {level}"
+        return otherwise("drop the transfer requirement, or free GPUs so one domain can hold a whole replica")
+    if rule == "router proximity":
+        assert spec.router is not None and spec.router.near is not None
+        for level in _levels(problem, broader_than=spec.router.near.level):
+            if fits(_with(spec, rule, level)):
+                return f"allow router.near.level: {level}"
+        return otherwise("drop router.near")
+    if rule == "replica spread":
+        assert spec.spread is not None
+        for level in _levels(problem, narrower_than=spec.spread.level):
+            if fits(_with(spec, rule, level)):
+                return f"spread across {level} instead of {spec.spread.level}"
+        return otherwise("drop spread")
+    for k in range(spec.replicas_floor - 1, 0, -1):
+        if fits(_with(spec, rule, k)):
+            return f"lower minReplicas to {k}"
+    return otherwise("free GPUs")
+
+
+def _floor_steps(problem: Problem, floor: float) -> list[float]:
+    """Candidate floors below the requested one: the KV bandwidths that domains with room offer, highest
+    first (a floor between two of them is equivalent to the lower one)."""
+    return sorted({bw for bw, _ in _kv_offers(problem, floor)}, reverse=True)
+
+
+def _kv_offers(problem: Problem, floor: float) -> list[tuple[float, str]]:
+    """(KV bandwidth, domain) for every domain with room for a replica's transfer pools whose path is
+    slower than ``floor``, best first."""
+    from placer.solver.problem import containers_for
+
+    spec = problem.spec
+    relaxed = build_problem(_with(spec, "transfer floor", None), problem.topology)
+    pair = relaxed.transfer_pair
+    if pair is None:
+        return []
+    offered: list[tuple[float, str]] = []
+
+    def record(dom, bw: float | None) -> bool:
+        if bw is not None and bw < floor:
+            offered.append((bw, dom.id))
+        return False
+
+    containers_for(relaxed, pair, record, {}, kv=True)
+    topo = problem.topology
+    return sorted(offered, key=lambda o: (-o[0], topo.order[o[1]]))

@@ -1,0 +1,1 @@
+"""The CP-SAT model of one ``Problem``: its variables and its constraint families."""

@@ -1,0 +1,500 @@
+"""Many deployments on one cluster: priority tiers first, then cost; every replica still all-or-nothing.
+
+Deployments are placed one after another on the state the earlier ones left, highest priority first, and
+inside a priority the running ones (``--keep``) first, then the largest. Each one is solved exactly for
+itself (placer.solver.solve, the same staged model as a single spec), so a higher-priority deployment is never
+left out or made worse to make room for a lower one: it is placed before the lower one is looked at.
+
+The price of placing one by one is that a deployment may take a place an equal-priority one placed later
+needed, or a cheap node another would have used better. The result therefore carries a lower bound on the
+cost of the placed set, computed for all of them together (fleet_bound), and the gap to it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from itertools import groupby
+
+from placer.model.errors import InfeasibleError, InputError
+from placer.model.placement import Placement, SolveStats
+from placer.model.spec import ServingTopology
+from placer.solver.problem import Kept, Problem, build_problem, with_kept
+from placer.solver.solve import SolveOptions, solve
+from placer.topology.graph import Topology
+
+EXPLAIN_S = 3.0  # most time spent naming the conflict of one deployment left out
+SEQUENTIAL_SHARE = 0.7  # of the time left per deployment, the rest kept for repairs and explanations
+REPAIR_NEIGHBOURS = 6  # deployments re-arranged with one left out (a joint model of ~7 stays small)
+REPAIR_S = 3.0  # most time one repair may take
+MIN_REPAIR_S = 0.5
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One spec of a batch; ``source`` names its file for messages, ``kept`` what of it already runs."""
+
+    spec: ServingTopology
+    source: str
+    kept: Kept | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.spec.metadata.namespace}/{self.spec.metadata.name}"
+
+    @property
+    def priority(self) -> int:
+        return self.spec.scheduling.priority
+
+    @property
+    def gpus(self) -> int:
+        return self.spec.replicas_floor * sum(p.gpus_per_instance * p.instances for p in self.spec.pools.values())
+
+
+@dataclass
+class Placed:
+    deployment: Deployment
+    placement: Placement
+    topology: Topology  # the state it was placed on: the cluster less what was placed before it
+
+
+@dataclass
+class Unplaced:
+    deployment: Deployment
+    reasons: list[str]
+    proven: bool  # False: not found in time, impossibility not shown
+
+
+@dataclass
+class FleetResult:
+    placed: list[Placed]  # in placement order
+    unplaced: list[Unplaced]
+    cost: int
+    bound: int | None
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def gap(self) -> float | None:
+        if self.bound is None:
+            return None
+        return max(0.0, (self.cost - self.bound) / self.cost) if self.cost else 0.0
+
+
+def placement_order(deployments: list[Deployment]) -> list[Deployment]:
+    """Highest priority first; inside a priority, what already runs, then the most GPUs, then by name."""
+    return sorted(deployments, key=lambda d: (-d.priority, d.kept is None, -d.gpus, d.key))
+
+
+def check_unique(deployments: list[Deployment]) -> None:
+    seen: dict[str, str] = {}
+    for d in deployments:
+        if d.key in seen:
+            raise InputError(
+                f"{d.source}: deployment {d.key} is also given in {seen[d.key]}: names must be unique per namespace"
+            )
+        seen[d.key] = d.source
+
+
+def solve_fleet(
+    deployments: list[Deployment],
+    topology: Topology,
+    options: SolveOptions,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> FleetResult:
+    """Place every deployment that fits: priority tier by tier, each deployment on what the earlier ones
+    left, then a joint repair for the ones of the tier left out (_repair), before the next tier is looked at."""
+    check_unique(deployments)
+    t0 = time.perf_counter()
+    deadline = t0 + options.time_limit_s
+    order = placement_order(deployments)
+    # What runs is taken for everyone but its owner (_own_state gives the owner its pods back).
+    running = [kept_usage(d, topology) for d in deployments if d.kept is not None]
+    state = topology.with_usage(*merge_usage(running)) if running else topology
+    placed: list[Placed] = []
+    failed: list[tuple[Deployment, InfeasibleError, Topology]] = []
+    notes: list[str] = []
+    looked = 0
+    for _priority, group in groupby(order, key=lambda d: d.priority):
+        tier, tier_start = list(group), state
+        tier_placed: list[Placed] = []
+        tier_failed: list[tuple[Deployment, InfeasibleError]] = []
+        for d in tier:
+            # Keep a share of the time for repairs and explanations.
+            share = max(0.1, SEQUENTIAL_SHARE * (deadline - time.perf_counter()) / (len(order) - looked))
+            mine = _own_state(d, state)
+            try:
+                placement = solve(_problem(d, mine), replace(options, time_limit_s=share, explain=False))
+            except InfeasibleError as error:
+                tier_failed.append((d, error))
+            else:
+                tier_placed.append(Placed(d, placement, mine))
+                state = mine.with_usage(*usage(d.spec, mine, placement))
+            looked += 1
+            if looked % 10 == 0 or looked == len(order):
+                progress(f"  {looked}/{len(order)} deployments looked at, {len(placed) + len(tier_placed)} placed")
+        for d, why in list(tier_failed):
+            seconds = min(REPAIR_S, (deadline - time.perf_counter()) / 2)
+            if seconds < MIN_REPAIR_S or not why.proven:
+                continue
+            repaired = _repair(d, tier_placed, tier_start, state, options, seconds)
+            if repaired is not None:
+                moved = len(repaired) - 1
+                notes.append(f"{d.key}: placed by re-arranging {moved} deployment(s) of its priority with it")
+                tier_placed = [p for p in tier_placed if p.deployment.key not in {r.deployment.key for r in repaired}]
+                tier_placed += repaired
+                tier_failed.remove((d, why))
+                state = _state_after(tier_start, tier_placed)
+        state = _state_after(tier_start, tier_placed)
+        placed += tier_placed
+        failed += [(d, why, state) for d, why in tier_failed]
+    unplaced = []
+    for i, (d, why, at) in enumerate(failed):
+        budget = min(EXPLAIN_S, max(0.2, (deadline - time.perf_counter()) / (len(failed) - i)))
+        holders = [p for p in placed if p.deployment.priority >= d.priority]
+        unplaced.append(Unplaced(d, _reasons(d, at, why, holders, topology, budget), why.proven))
+    first = placed[0] if placed else None
+    # The first one placed saw the whole cluster, so its proven optimum bounds its own share exactly (not a
+    # kept one's: that optimum is with its pins, not "however arranged").
+    exact = (
+        first.placement.stats.objective
+        if first is not None
+        and first.deployment.kept is None
+        and first.topology is topology
+        and first.placement.stats.status == "optimal"
+        else None
+    )
+    bound = fleet_bound([(p.deployment.spec, p.placement) for p in placed], topology, exact_first=exact)
+    cost = sum(p.placement.stats.objective or 0 for p in placed)
+    return FleetResult(placed, unplaced, cost, bound, time.perf_counter() - t0, notes)
+
+
+def _repair(
+    d: Deployment,
+    tier_placed: list[Placed],
+    tier_start: Topology,
+    now: Topology,
+    options: SolveOptions,
+    seconds: float,
+) -> list[Placed] | None:
+    """Place ``d`` together with the deployments of its own priority in its way (_blockers), all
+    re-arranged in one joint model on what the rest left; they keep their replica counts. The tier's placed
+    count comes before its cost, so a higher cost for them is the right trade. The new placements of the
+    group, or None."""
+    from ortools.sat.python import cp_model
+
+    from placer.solver.cpsat.model import PlacementModel, post_capacity
+    from placer.solver.solve import Part, decode_joint, run_stage
+
+    t0 = time.perf_counter()
+    group = _blockers(d, tier_placed, tier_start, now)
+    if not group:
+        return None
+    residual = _state_after(tier_start, [p for p in tier_placed if p not in group])
+    members = [*[p.deployment for p in group], d]
+    # The group's own running pods are theirs to keep (pinned in their models), so free for the joint model.
+    running = [kept_usage(m, residual) for m in members if m.kept is not None]
+    topo = residual.with_released(*merge_usage(running)) if running else residual
+    deadline = t0 + seconds
+    try:
+        problems = [_fixed_replicas(_problem(p.deployment, topo), len(p.placement.replicas)) for p in group]
+        problems.append(_problem(d, topo))
+        model = cp_model.CpModel()
+        pms = [PlacementModel(pb, model=model, joint=True) for pb in problems]
+    except InfeasibleError:
+        return None
+    post_capacity(model, topo, [pm.capacity for pm in pms])
+    # As for one spec: as many of d's replicas as fit, then fewest misses, then least cost.
+    stages = [
+        (-1, cp_model.LinearExpr.sum(list(pms[-1].vars.placed))),
+        (1, cp_model.LinearExpr.sum([pm.misses_expr() for pm in pms])),
+        (1, cp_model.LinearExpr.sum([pm.cost_expr() for pm in pms])),
+    ]
+    solver = None
+    for sign, expr in stages:
+        model.clear_objective()
+        model.minimize(sign * expr)
+        found, _ = run_stage(model, options, deadline)
+        if found is None:
+            break
+        solver = found
+        value = int(round(solver.value(expr)))
+        model.add(expr >= value) if sign < 0 else model.add(expr <= value)
+        model.clear_hints()
+        for pm in pms:
+            for var in pm.all_vars():
+                model.add_hint(var, solver.value(var))
+    if solver is None:
+        return None
+    parts = [
+        Part(pb, pm, sum(int(solver.value(x)) for x in pm.vars.placed), pb.kept.instances if pb.kept else {})
+        for pb, pm in zip(problems, pms, strict=True)
+    ]
+    out = []
+    for part, replicas, dep in zip(parts, decode_joint(parts, solver), members, strict=True):
+        spec = dep.spec
+        stats = SolveStats(
+            "feasible",
+            objective=int(solver.value(part.pm.cost_expr())),  # type: ignore[attr-defined]
+            notes=["placed jointly with others of its priority"],
+        )
+        pl = Placement(spec.metadata.name, spec.metadata.namespace, tier_start.name, replicas, stats)
+        out.append(Placed(dep, pl, topo))
+    return out
+
+
+def _blockers(d: Deployment, tier_placed: list[Placed], tier_start: Topology, now: Topology) -> list[Placed]:
+    """The fewest deployments of the tier whose GPUs, if they moved, would leave one of ``d``'s possible
+    homes with room: a container of its widest replica-level rule with room for those pools of a replica,
+    else a candidate of its largest pool with room for one instance. The home with the smallest such set
+    wins, ties to fewer GPUs moved, then canonical order."""
+    try:
+        problem = _problem(d, tier_start)
+    except InfeasibleError:
+        return []
+    widest = max(problem.colocations, key=lambda c: len(c.pools), default=None)
+    if widest is not None:  # a replica's members share one container
+        need = sum(problem.pools[p].size * problem.pools[p].instances for p in widest.pools)
+        homes = [c.domain for c in widest.containers]
+    else:  # no shared container: make room for one instance of the largest pool
+        pool = max(problem.pools.values(), key=lambda p: (p.size, p.name))
+        need = pool.size
+        homes = [c.domain for c in pool.candidates]
+    by_node: dict[int, list[tuple[int, Placed]]] = defaultdict(list)
+    for p in tier_placed:
+        for r in p.placement.replicas:
+            for i in r.instances:
+                for pod in i.pods:
+                    by_node[now.node_by_name(pod.node).index].append((len(pod.gpus), p))
+    best: tuple | None = None
+    for home in homes:
+        nodes = now.domains[home].nodes
+        deficit = need - sum(len(now.nodes[n].free_gpus) for n in nodes)
+        if deficit <= 0:
+            continue  # room already; the rules, not the GPUs, are what fail here
+        held: dict[str, tuple[int, Placed]] = {}
+        for n in nodes:
+            for gpus, p in by_node.get(n, []):
+                held[p.deployment.key] = (held.get(p.deployment.key, (0, p))[0] + gpus, p)
+        chosen: list[Placed] = []
+        freed = 0
+        for gpus, p in sorted(held.values(), key=lambda x: (-x[0], x[1].deployment.key)):
+            if freed >= deficit or len(chosen) == REPAIR_NEIGHBOURS:
+                break
+            chosen.append(p)
+            freed += gpus
+        if freed < deficit:
+            continue
+        score = (len(chosen), freed, now.order[home])
+        if best is None or score < best[0]:
+            best = (score, chosen)
+    return [] if best is None else best[1]
+
+
+def _state_after(start: Topology, placed: list[Placed]) -> Topology:
+    state = start
+    for p in placed:
+        mine = _own_state(p.deployment, state)
+        state = mine.with_usage(*usage(p.deployment.spec, mine, p.placement))
+    return state
+
+
+def _own_state(d: Deployment, state: Topology) -> Topology:
+    """The state as ``d`` sees it: its own running pods' GPUs, CPU and memory given back to it."""
+    return state if d.kept is None else state.with_released(*kept_usage(d, state))
+
+
+def kept_usage(d: Deployment, topo: Topology) -> tuple[dict[int, list[int]], dict[int, int], dict[int, int]]:
+    """What a deployment's kept instances and routers hold, by node index (like usage())."""
+    from placer.solver.keep import as_placement
+
+    meta, kept = d.spec.metadata, d.kept
+    instances, routers = (kept.instances, kept.routers) if kept is not None else ({}, {})
+    return usage(d.spec, topo, as_placement(meta.name, meta.namespace, topo.name, instances, routers))
+
+
+def merge_usage(usages) -> tuple[dict[int, list[int]], dict[int, int], dict[int, int]]:
+    gpus: dict[int, list[int]] = defaultdict(list)
+    cpu: dict[int, int] = defaultdict(int)
+    mem: dict[int, int] = defaultdict(int)
+    for g, c, m in usages:
+        for n, v in g.items():
+            gpus[n] += v
+        for n, v in c.items():
+            cpu[n] += v
+        for n, v in m.items():
+            mem[n] += v
+    return gpus, cpu, mem
+
+
+def _fixed_replicas(problem: Problem, n: int) -> Problem:
+    return replace(problem, replicas=n, min_replicas=n)
+
+
+def _problem(d: Deployment, state: Topology) -> Problem:
+    problem = build_problem(d.spec, state)
+    return problem if d.kept is None else with_kept(problem, d.kept)
+
+
+def usage(
+    spec: ServingTopology, topo: Topology, placement: Placement
+) -> tuple[dict[int, list[int]], dict[int, int], dict[int, int]]:
+    """GPUs, CPU and memory a placement takes, by node index: what the next deployment must leave alone."""
+    from placer.model import k8s
+
+    gpus: dict[int, list[int]] = defaultdict(list)
+    cpu: dict[int, int] = defaultdict(int)
+    mem: dict[int, int] = defaultdict(int)
+    for rep in placement.replicas:
+        for inst in rep.instances:
+            reqs = spec.pools[inst.pool].template.resources.requests
+            for pod in inst.pods:
+                n = topo.node_by_name(pod.node).index
+                gpus[n] += pod.gpus
+                cpu[n] += k8s.millicores(reqs.get("cpu", "0"))
+                mem[n] += k8s.bytes_of(reqs.get("memory", "0"))
+        if rep.router is not None and spec.router is not None:
+            n = topo.node_by_name(rep.router).index
+            cpu[n] += k8s.millicores(spec.router.cpu)
+            mem[n] += k8s.bytes_of(spec.router.memory)
+    return gpus, cpu, mem
+
+
+def _reasons(
+    d: Deployment, state: Topology, exc: InfeasibleError, holders: list[Placed], topology: Topology, seconds: float
+) -> list[str]:
+    """Why a deployment was left out: the rules that cannot all hold on what is free once the deployments
+    of its priority or higher hold their GPUs (placer.solver.conflicts, within ``seconds``), and what those hold."""
+    from placer.solver.conflicts import explain_infeasible
+
+    if not exc.proven:
+        return [f"{exc} (within its share of the time limit)"]
+    try:
+        problem = _problem(d, _own_state(d, state))
+    except InfeasibleError as inner:
+        return [str(inner), *inner.reasons]
+    if d.kept is not None and "cannot be kept" in str(exc):
+        reasons = [str(exc)]
+    else:
+        reasons = [str(c) for c in explain_infeasible(problem, seconds=seconds)]
+        if d.kept is not None:
+            reasons.insert(
+                0, f"its {len(d.kept.instances)} running instance(s) stay where they are; what it adds does not fit"
+            )
+    if holders:
+        mine = _own_state(d, state)
+        held = sum(len(n.free_gpus) for n in topology.nodes) - sum(len(n.free_gpus) for n in mine.nodes)
+        reasons.append(
+            f"on what is left beside the {len(holders)} deployment(s) of its priority or higher, which hold {held} GPUs"
+        )
+    return reasons or [str(exc)]
+
+
+def fleet_bound(
+    placed: list[tuple[ServingTopology, Placement]], topology: Topology, exact_first: int | None = None
+) -> int | None:
+    """A lower bound on the cost of placing the same replicas all together, however arranged.
+
+    Cost is all-reduce per instance + KV transfer per replica + telemetry per GPU. The first two are at
+    least each instance's cheapest candidate and each replica's cheapest container (on the cluster before
+    any of them). Where a deployment has more preferred-level misses than it must, its instances are bounded
+    by their cheapest candidate at any level (cost is minimised after misses, so a cheaper arrangement
+    could have more). Telemetry: see _telemetry_bound. ``exact_first``: the first placement's proven
+    optimum on this cluster, which then bounds its own share exactly (the better of the two is returned)."""
+    terms = []
+    for spec, placement in placed:
+        term = _bound_terms(spec, placement, topology)
+        if term is None:
+            return None
+        terms.append(term)
+    bound = _combine(terms, topology)
+    if exact_first is not None and terms:
+        bound = max(bound, exact_first + _combine(terms[1:], topology))
+    return bound
+
+
+_Terms = tuple[int, list[tuple[tuple, int, int]], dict[tuple, list[int]]]  # structural, demand, telemetry
+
+
+def _bound_terms(spec: ServingTopology, placement: Placement, topology: Topology) -> _Terms | None:
+    """One deployment's share: its structural bound and the GPUs its pools draw, by (weights, eligible)."""
+    from placer.solver.solve import _forced_misses
+
+    try:
+        problem = build_problem(spec, topology)
+    except InfeasibleError:
+        return None
+    if problem.unlike_domains:
+        return None  # candidates priced at their slowest node may cost more than the real GPUs
+    n = len(placement.replicas)
+    misses = 0
+    for rep in placement.replicas:
+        for inst in rep.instances:
+            cand = next((c for c in problem.pools[inst.pool].candidates if c.domain == inst.domain), None)
+            misses += bool(cand is None or cand.preferred_miss)
+    # With the fewest misses possible, every instance of a pool that can meet its preferred level does.
+    fewest = misses <= _forced_misses(problem, n)
+    structural = 0
+    demand: list[tuple[tuple, int, int]] = []  # (group, slot size, GPUs)
+    tele: dict[tuple, list[int]] = {}
+    for plan in problem.pools.values():
+        meets = [c.units for c in plan.candidates if not c.preferred_miss]
+        units = meets if fewest and meets else [c.units for c in plan.candidates]
+        structural += n * plan.instances * min(units, default=0)
+        group = (spec.objective.queue_depth, spec.objective.cache_miss, plan.eligible)
+        demand.append((group, _slot(plan), n * plan.instances * plan.size))
+        tele[group] = problem.telemetry_units
+    for coloc in problem.colocations:
+        structural += n * min((c.units for c in coloc.containers), default=0)
+    return structural, demand, tele
+
+
+def _combine(terms: list[_Terms], topology: Topology) -> int:
+    """Structural shares add up; telemetry is bounded per group over every deployment's GPUs at once."""
+    slots: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
+    tele_of: dict[tuple, list[int]] = {}
+    for _structural, demand, tele in terms:
+        for group, slot, gpus in demand:
+            slots[group].append((slot, gpus))
+        tele_of |= tele
+    telemetry = sum(_telemetry_bound(topology, g[2], tele_of[g], s) for g, s in slots.items())
+    return sum(t[0] for t in terms) + telemetry
+
+
+def _slot(plan) -> int:
+    """The fewest GPUs one node must have free to hold part of an instance of this pool: the whole
+    instance when it may only sit on one node, gpusPerNode for multi-node, 1 when it may span."""
+    if plan.multi_node:
+        return plan.gpus_per_node or 1
+    if all(c.kind == "unit" for c in plan.candidates):
+        return plan.size
+    return 1
+
+
+def _telemetry_bound(
+    topology: Topology, eligible: frozenset[int], tele: list[int], slots: list[tuple[int, int]]
+) -> int:
+    """Least telemetry for GPUs drawn by these pools, each from nodes with at least its slot free.
+
+    A relaxation of the real assignment (GPUs may be split across nodes fractionally; groups with other
+    selectors or weights are bounded apart, ignoring that they share nodes). The nodes a slot may use are
+    nested (free >= 8 lies inside free >= 4 ...), so serving the largest slot first from its cheapest nodes
+    is optimal for the relaxation: any GPU a smaller slot would rather have, it can also take elsewhere."""
+    free = {n: len(topology.nodes[n].free_gpus) for n in eligible}
+    left = dict(free)
+    total = 0
+    need_by_slot: dict[int, int] = defaultdict(int)
+    for slot, gpus in slots:
+        need_by_slot[slot] += gpus
+    for slot in sorted(need_by_slot, reverse=True):
+        need = need_by_slot[slot]
+        for n in sorted((n for n in eligible if free[n] >= slot), key=lambda n: (tele[n], n)):
+            if need == 0:
+                break
+            take = min(need, left[n])
+            left[n] -= take
+            need -= take
+            total += take * tele[n]
+    return total

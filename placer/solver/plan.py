@@ -1,0 +1,274 @@
+"""``placer plan``: the fewest instance moves that let pending deployments fit, or that cut the running
+deployments' total cost by a given fraction (defragmentation), listed move by move.
+
+One joint CP-SAT model holds every running deployment (each instance *soft-kept*: it may stay where it
+runs or move) and every pending one (at least minReplicas whole replicas). Capacity is shared. Stage 1
+minimises the moves (instances and routers that would leave where they run); keeping that number, stage 2
+places as many pending replicas as fit and stage 3 minimises the total cost. Instances that stay get their
+own GPUs back; the result is verified like any batch.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from placer.model.errors import InfeasibleError, InputError
+from placer.model.placement import InstancePlacement, Placement, SolveStats
+from placer.model.spec import ServingTopology
+from placer.solver.keep import Running, plan_keep, running_placement
+from placer.solver.problem import Problem, build_problem, with_kept
+from placer.solver.solve import Part, SolveOptions, decode_joint
+from placer.topology.graph import Topology
+
+
+@dataclass(frozen=True)
+class Move:
+    deployment: str  # namespace/name
+    replica: int
+    what: str  # "decode-3", "router"
+    source: str  # "node:gpus;..." or a node
+    target: str
+    units_before: int | None  # the instance's all-reduce + telemetry cost units (None for a router)
+    units_after: int | None
+
+
+@dataclass
+class PlanResult:
+    moves: list[Move]
+    placements: list[tuple[ServingTopology, Placement]]  # the state after the moves, pending included
+    cost_before: int  # running deployments, as they are
+    cost_after: int  # every deployment after the moves
+    topology: Topology
+    status: str  # optimal | feasible
+    seconds: float
+    notes: list[str]  # what the checker says of the state as it runs
+
+
+def plan(
+    running: list[Running],
+    pending: list[tuple[ServingTopology, str]],
+    topo: Topology,
+    options: SolveOptions,
+    cut: float | None = None,
+) -> PlanResult:
+    """Fewest moves such that every pending deployment is placed and, with ``cut``, the running ones'
+    total cost drops by at least that fraction."""
+    from ortools.sat.python import cp_model
+
+    from placer.pipeline import check_fleet, verify_fleet
+    from placer.solver.cpsat.model import PlacementModel, post_capacity
+
+    t0 = time.perf_counter()
+    for r in running:
+        if r.spec is None:
+            raise InputError(
+                f"{r.source}: {r.key}: plan needs the spec each running deployment was placed for; give "
+                "placement records or placer's manifests, not bare pods"
+            )
+    specs = [r.spec for r in running if r.spec is not None]
+    keep = plan_keep(running, specs, topo)
+    base = keep.topology
+    before = [(r.spec, running_placement(r, topo.name)) for r in running if r.spec is not None]
+    running_keys = {r.key: r.source for r in running}
+    for spec, source in pending:
+        key = f"{spec.metadata.namespace}/{spec.metadata.name}"
+        if key in running_keys:
+            raise InputError(
+                f"{source}: {key} already runs ({running_keys[key]}); plan places new deployments next to what "
+                "runs. To scale a running one, use placer solve --keep"
+            )
+    # What runs was not placed by this call: the checker reports on it instead of refusing it (a node
+    # cordoned since, say, is the reason to plan).
+    reports_before = check_fleet(base, before)
+    cost_before = sum(rep.total_units for rep in reports_before)
+    notes = [
+        f"{pl.namespace}/{pl.deployment} as it runs: {v}"
+        for (_s, pl), rep in zip(before, reports_before, strict=True)
+        for v in rep.violations
+    ]
+    problems: list[Problem] = []
+    for spec in specs:
+        key = f"{spec.metadata.namespace}/{spec.metadata.name}"
+        problems.append(with_kept(build_problem(spec, base), replace(keep.kept[key], hard=False)))
+    for spec, source in pending:
+        try:
+            problems.append(build_problem(spec, base))
+        except InputError as exc:
+            raise InputError(f"{source}: {exc}") from None
+    model = cp_model.CpModel()
+    pms = [PlacementModel(p, model=model, joint=True) for p in problems]
+    post_capacity(model, base, [pm.capacity for pm in pms])
+    for pm in pms[: len(running)]:  # running deployments keep the replicas they have (the model sees to
+        # that) and get no new ones: a plan moves what runs, it does not scale it
+        kept_replicas = pm.problem.kept.replicas if pm.problem.kept is not None else set()
+        for k, lit in enumerate(pm.vars.placed):
+            if k not in kept_replicas:
+                model.add(lit == 0)
+    cost = sum((pm.cost_expr() for pm in pms), start=cp_model.LinearExpr.constant(0))  # type: ignore[arg-type]
+    running_cost = sum((pm.cost_expr() for pm in pms[: len(running)]), start=cp_model.LinearExpr.constant(0))  # type: ignore[arg-type]
+    if cut is not None:
+        model.add(running_cost <= int((1.0 - cut) * cost_before))
+    moves = sum((pm.moves_expr() for pm in pms), start=cp_model.LinearExpr.constant(0))  # type: ignore[arg-type]
+    deadline = t0 + options.time_limit_s
+    model.minimize(moves)
+    solver, status = _run(model, options, deadline, want=_want(pending, cut))
+    proven = status == cp_model.OPTIMAL
+    model.add(moves <= int(round(solver.objective_value)))
+    # With those moves: as many replicas of the pending deployments as fit (minReplicas may allow fewer
+    # than all), then the least total cost; each stage starts from the previous answer.
+    pending_replicas = sum(
+        (x for pm in pms[len(running) :] for x in pm.vars.placed), start=cp_model.LinearExpr.constant(0)
+    )
+    for sense, objective in (("max", pending_replicas), ("min", cost)):
+        model.clear_objective()
+        model.clear_hints()
+        for var in [x for pm in pms for x in pm.all_vars()]:
+            model.add_hint(var, solver.value(var))
+        model.maximize(objective) if sense == "max" else model.minimize(objective)
+        better, status2 = _run(model, options, deadline, allow_cut=True)
+        if better is None:
+            proven = False
+            break
+        solver, proven = better, proven and status2 == cp_model.OPTIMAL
+        if sense == "max":
+            model.add(objective >= int(round(solver.objective_value)))
+    parts = [Part(pm.problem, pm, _placed(solver, pm), _stayers(pm, solver)) for pm in pms]
+    decoded = decode_joint(parts, solver)
+    after = []
+    for pm, replicas in zip(pms, decoded, strict=True):
+        spec = pm.problem.spec
+        n = _placed(solver, pm)
+        after.append(
+            (
+                spec,
+                Placement(
+                    spec.metadata.name,
+                    spec.metadata.namespace,
+                    topo.name,
+                    replicas[:n],
+                    SolveStats("optimal" if proven else "feasible"),
+                ),
+            )
+        )
+    reports = verify_fleet(base, after)
+    for (_s, pl), rep in zip(after, reports, strict=True):
+        pl.stats.objective = rep.total_units
+    listed = _moves(base, before, reports_before, after[: len(running)], reports[: len(running)])
+    return PlanResult(
+        listed,
+        after,
+        cost_before,
+        sum(r.total_units for r in reports),
+        base,
+        "optimal" if proven else "feasible",
+        time.perf_counter() - t0,
+        notes,
+    )
+
+
+def _want(pending, cut: float | None) -> str:
+    parts = ["the pending deployments fit"] if pending else []
+    if cut is not None:
+        parts.append(f"the running deployments' cost drops by {cut:.0%}")
+    return " and ".join(parts)
+
+
+def _run(model, options: SolveOptions, deadline: float, allow_cut: bool = False, want: str = ""):
+    from ortools.sat.python import cp_model
+
+    from placer.solver.solve import run_stage
+
+    solver, status = run_stage(model, options, deadline)
+    if solver is not None or allow_cut:
+        return solver, status
+    raise InfeasibleError(
+        f"no set of moves makes {want}, even with every running instance free to move"
+        if status == cp_model.INFEASIBLE
+        else "no plan found within the time limit; raise --time-limit",
+        proven=status == cp_model.INFEASIBLE,
+    )
+
+
+def _placed(solver, pm) -> int:
+    return sum(int(solver.value(x)) for x in pm.vars.placed)
+
+
+def _stayers(pm, solver) -> dict[tuple[int, str, int], InstancePlacement]:
+    """The soft-kept instances the solution leaves where they run (they get their own GPUs back)."""
+    from placer.solver.problem import kept_candidate
+
+    kept = pm.problem.kept
+    if kept is None:
+        return {}
+    out = {}
+    room: dict[tuple, int] = {}
+    for (kind, *rest), var in pm.stays.items():
+        if kind == "n":
+            key, ci = rest
+            room[(key, ci)] = int(solver.value(var))
+        elif kind == "m" and solver.value(var):
+            out[rest[0]] = kept.instances[rest[0]]
+    for (k, pool, i), inst in sorted(kept.instances.items()):
+        plan_ = pm.problem.pools[pool]
+        if plan_.multi_node:
+            continue
+        slot = ((k, pool, 0), kept_candidate(pm.problem, inst))
+        if room.get(slot, 0) > 0:
+            room[slot] -= 1
+            out[(k, pool, i)] = inst
+    return out
+
+
+def _moves(topo: Topology, before, reports_before, after, reports_after) -> list[Move]:
+    units_before = _instance_units(topo, before, reports_before)
+    units_after = _instance_units(topo, after, reports_after)
+    out = []
+    for (spec, old), (_s, new) in zip(before, after, strict=True):
+        key = f"{spec.metadata.namespace}/{spec.metadata.name}"
+        new_by = {(r.index, i.pool, i.index): i for r in new.replicas for i in r.instances}
+        for rep in old.replicas:
+            for inst in rep.instances:
+                moved = new_by[(rep.index, inst.pool, inst.index)]
+                if moved.pods != inst.pods:
+                    ident = (key, rep.index, inst.pool, inst.index)
+                    out.append(
+                        Move(
+                            key,
+                            rep.index,
+                            f"{inst.pool}-{inst.index}",
+                            _pods(inst),
+                            _pods(moved),
+                            units_before.get(ident),
+                            units_after.get(ident),
+                        )
+                    )
+            new_router = next((r.router for r in new.replicas if r.index == rep.index), None)
+            if rep.router is not None and new_router != rep.router:
+                out.append(Move(key, rep.index, "router", rep.router, str(new_router), None, None))
+    return out
+
+
+def _instance_units(topo: Topology, placed, reports) -> dict[tuple, int]:
+    """All-reduce units (the checker's) plus the telemetry units of the instance's GPUs."""
+    from placer.topology import cost
+
+    out = {}
+    for (spec, pl), rep in zip(placed, reports, strict=True):
+        key = f"{spec.metadata.namespace}/{spec.metadata.name}"
+        w = spec.objective
+        gpus = {(r.index, i.pool, i.index): i for r in pl.replicas for i in r.instances}
+        for ic in rep.instances:
+            inst = gpus[(ic.replica, ic.pool, ic.index)]
+            tele = 0
+            for pod in inst.pods:
+                node = topo.node_by_name(pod.node)
+                tele += len(pod.gpus) * cost.telemetry_per_gpu_units(
+                    node.queue_depth, node.kv_cache_hit, w.queue_depth, w.cache_miss
+                )
+            out[(key, ic.replica, ic.pool, ic.index)] = ic.units + tele
+    return out
+
+
+def _pods(inst: InstancePlacement) -> str:
+    return ";".join(f"{p.node}:{','.join(map(str, p.gpus))}" for p in inst.pods)

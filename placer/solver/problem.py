@@ -1,0 +1,479 @@
+"""What the solver, the greedy and the checker all consume: the spec and the topology turned into pools,
+candidates and costs, with integer indices inside.
+
+Phase 1 finds, per pool, the nodes whose GPUs match its selector. Phase 2 lists every place an instance
+could go and what it would cost there: a *unit* (a node, or a CPU socket of a PCIe node) when the instance
+fits on one node; a *pooled* domain (NVLink domain, rack, leaf, cluster) when it may span nodes and takes
+GPUs from the domain's free pool, the split decided after solving; a *container* for multi-node instances
+with a fixed GPUs-per-node. Only places with enough free GPUs are listed. Phase 3 lists, per replica-level
+rule (KV transfer, router proximity), the domains that satisfy it, with the KV-transfer cost of each.
+
+Costs here are the cost model's (placer.topology.cost) worst case over the pool's eligible nodes in a domain: exact
+when those nodes are alike, which is how racks are built; the checker recomputes from the real GPUs.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, replace
+
+from placer.model import k8s
+from placer.model.errors import InputError
+from placer.model.levels import LEVEL_RANK, LEVEL_WORDS
+from placer.model.placement import InstancePlacement
+from placer.model.spec import Pool, ServingTopology
+from placer.topology import cost
+from placer.topology.graph import Topology
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One place an instance of a pool may go. ``kind`` is unit (one node/socket), pooled or container."""
+
+    domain: str
+    kind: str
+    level: str
+    allreduce_us: float
+    units: int  # weighted all-reduce cost units
+    preferred_miss: bool
+    order: int  # canonical position of the domain, for tie-breaks and symmetry breaking
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    name: str
+    role: str
+    tensor_parallel: int
+    pipeline_parallel: int
+    size: int  # GPUs per instance
+    instances: int
+    node_count: int | None  # multi-node: exact nodes per instance
+    gpus_per_node: int | None
+    eligible: frozenset[int]  # node indices whose GPUs match the selector
+    selector: tuple[str | None, float | None]
+    required: str
+    preferred: str | None
+    message_bytes: float
+    candidates: tuple[Candidate, ...]
+    cpu_m: int  # per pod
+    memory_bytes: int
+
+    @property
+    def multi_node(self) -> bool:
+        return self.node_count is not None
+
+
+@dataclass(frozen=True)
+class Container:
+    domain: str
+    order: int
+    kv_us: float
+    units: int
+
+
+@dataclass(frozen=True)
+class Colocation:
+    """A replica-level rule: all members' GPUs (and the router, if a member) inside one container domain."""
+
+    name: str  # "transfer" or "router"
+    pools: tuple[str, ...]
+    router: bool
+    containers: tuple[Container, ...]
+    rule: str  # plain words, for conflict explanations
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Instances already running (``--keep``, ``placer plan``): ``hard`` pins them to their GPUs; soft ones
+    may move, and the model counts how many stay (plan minimises moves). Keys are (replica, pool, index)."""
+
+    instances: dict[tuple[int, str, int], InstancePlacement]
+    routers: dict[int, str]  # replica -> node name
+    hard: bool = True
+
+    @property
+    def replicas(self) -> set[int]:
+        return {k for k, _p, _i in self.instances} | set(self.routers)
+
+
+@dataclass
+class Problem:
+    spec: ServingTopology
+    topology: Topology
+    pools: dict[str, PoolPlan]
+    colocations: list[Colocation]
+    replicas: int
+    min_replicas: int
+    spread_level: str | None
+    telemetry_units: list[int]  # per node: cost units per GPU used
+    router_cpu_m: int = 0
+    router_memory_bytes: int = 0
+    router_nodes: tuple[int, ...] = ()
+    kv_bytes: float = 0.0
+    transfer_pair: tuple[str, str] | None = None
+    # Domains priced at a worst case over nodes whose links differ: the model's optimum is then not
+    # proven to be the true one, so the solver does not claim "optimal" (docs/DESIGN.md, Exactness).
+    unlike_domains: tuple[str, ...] = ()
+    kept: Kept | None = None  # running instances: pinned (hard) or movable at a price (soft)
+
+    @property
+    def has_router(self) -> bool:
+        return self.spec.router is not None
+
+
+def with_kept(problem: Problem, kept: Kept) -> Problem:
+    """The problem with running instances attached; their routers' nodes stay router candidates even where
+    the pruning in _router_candidates dropped them."""
+    topo = problem.topology
+    routers = {topo.node_by_name(n).index for n in kept.routers.values()}
+    nodes = tuple(sorted(set(problem.router_nodes) | routers, key=lambda i: topo.order[topo.node_domain[i]]))
+    return replace(problem, kept=kept, router_nodes=nodes)
+
+
+def kept_candidate(problem: Problem, inst: InstancePlacement) -> int | None:
+    """The candidate a running instance occupies: its recorded domain when that is a candidate, else the
+    narrowest candidate domain holding all its GPUs (records read back from Grove carry no domain)."""
+    plan = problem.pools[inst.pool]
+    by_domain = {c.domain: ci for ci, c in enumerate(plan.candidates)}
+    if inst.domain in by_domain:
+        return by_domain[inst.domain]
+    topo = problem.topology
+    doms = [topo.gpu_domain(topo.node_by_name(p.node).index, g) for p in inst.pods for g in p.gpus]
+    return next((by_domain[d] for d in topo.ancestors(topo.lowest_common(doms)) if d in by_domain), None)
+
+
+def eligible_nodes(topo: Topology, pool: Pool) -> frozenset[int]:
+    sel = pool.gpu
+    out = set()
+    for node in topo.nodes:
+        if not node.gpus or not node.schedulable:
+            continue
+        g = node.gpus[0]
+        if sel.product is not None and g.product != sel.product:
+            continue
+        if sel.min_memory_gib is not None and g.memory_gib < sel.min_memory_gib:
+            continue
+        out.add(node.index)
+    return frozenset(out)
+
+
+def _up_figures(topo: Topology, node: int, domain: str) -> cost.PathFigures:
+    n = topo.nodes[node]
+    gpu = n.gpus[0].index
+    current = topo.gpu_domain(node, gpu)
+    edge = topo.graph.edges[topo.gpu_vertex(node, gpu), current]
+    bw, lat = edge["bandwidth_gbps"], edge["latency_us"]
+    while current != domain:
+        dom = topo.domains[current]
+        if dom.parent is None:
+            raise ValueError(f"{domain} is not above node {n.name}")
+        # The GPU->home edge already carries the home's crossing figure; each hop up carries the parent's.
+        bw, lat = min(bw, dom.up[0]), max(lat, dom.up[1])
+        current = dom.parent
+    return cost.PathFigures(bw, lat, topo.domains[domain].level)
+
+
+# (node, domain) -> figures, per link graph: the figures depend only on the domain tree and the links,
+# which Topology.with_usage shares, so a batch that builds hundreds of problems on the states its earlier
+# placements leave computes each one once (it was most of a 100-deployment batch's time; bench/NOTES.md).
+_FIGURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def worst_figures(topo: Topology, domain: str, nodes: list[int], memo: dict) -> cost.PathFigures:
+    """Worst-case ring figures for GPUs spread over ``nodes`` inside ``domain``. ``memo`` records the pairs
+    this problem priced (Problem.unlike_domains reads it)."""
+    shared = _FIGURES.setdefault(topo.graph, {})
+    bw, lat = float("inf"), 0.0
+    for n in nodes:
+        key = (n, domain)
+        f = memo.get(key)
+        if f is None:
+            f = shared.get(key)
+            if f is None:
+                f = shared[key] = _up_figures(topo, n, domain)
+            memo[key] = f
+        bw, lat = min(bw, f.bandwidth_gbps), max(lat, f.latency_us)
+    return cost.PathFigures(bw, lat, topo.domains[domain].level)
+
+
+def _pool_candidates(
+    topo: Topology, spec: ServingTopology, name: str, pool: Pool, eligible: frozenset[int], memo: dict
+) -> tuple[Candidate, ...]:
+    size = pool.gpus_per_instance
+    required_rank = LEVEL_RANK[pool.placement.required]
+    msg = cost.activation_bytes(spec.model.hidden_size, spec.tokens_in_flight(name), spec.model.bytes_per_element)
+    weight = spec.objective.all_reduce
+    out = []
+    for dom_id in sorted(topo.domains, key=topo.order.__getitem__):
+        dom = topo.domains[dom_id]
+        if LEVEL_RANK[dom.level] > required_rank:
+            continue
+        nodes = [n for n in dom.nodes if n in eligible]
+        if not nodes:
+            continue
+        if pool.node_count is not None:
+            # Multi-node: a container needs nodeCount eligible nodes with gpusPerNode free GPUs each.
+            g = pool.gpus_per_node or 0
+            fit = [n for n in nodes if free_in(topo, n, dom) >= g]
+            if dom.level in ("node", "socket") or len(fit) < pool.node_count:
+                continue
+            node_figs = [worst_figures(topo, topo.node_domain[n], [n], memo) for n in fit]
+            stage_ring = cost.PathFigures(
+                min(f.bandwidth_gbps for f in node_figs), max(f.latency_us for f in node_figs), "node"
+            )
+            span = worst_figures(topo, dom_id, fit, memo)
+            ring = stage_ring if pool.tensor_parallel <= g else span
+            kind = "container"
+        else:
+            free = sum(free_in(topo, n, dom) for n in nodes)
+            if free < size:
+                continue
+            ring = span = domain_figures(topo, dom_id, nodes, memo)
+            kind = "unit" if dom.level in ("node", "socket") else "pooled"
+        us = cost.forward_pass_allreduce_us(
+            spec.model.layers, pool.tensor_parallel, [ring] * pool.pipeline_parallel, msg, span
+        )
+        miss = pool.placement.preferred is not None and LEVEL_RANK[dom.level] > LEVEL_RANK[pool.placement.preferred]
+        out.append(Candidate(dom_id, kind, dom.level, us, cost.to_units(weight * us), miss, topo.order[dom_id]))
+    return tuple(out)
+
+
+def domain_figures(topo: Topology, dom_id: str, nodes: list[int], memo: dict) -> cost.PathFigures:
+    """Ring figures inside a domain over these nodes: the unit's own links for a node or socket, the worst
+    path up to the domain for anything broader."""
+    if topo.domains[dom_id].level in ("node", "socket"):
+        return _unit_figures(topo, dom_id, nodes[0], memo)
+    return worst_figures(topo, dom_id, nodes, memo)
+
+
+def _unit_figures(topo: Topology, dom_id: str, node: int, memo: dict) -> cost.PathFigures:
+    """Ring figures for an instance inside one node or socket: the GPU edges, plus the node crossing when
+    the node has socket domains (an instance at node level then spans sockets)."""
+    dom = topo.domains[dom_id]
+    if dom.level == "node" and dom.children:
+        return worst_figures(topo, dom_id, [node], memo)
+    n = topo.nodes[node]
+    e = (
+        topo.graph.edges[topo.gpu_vertex(node, n.gpus[0].index), dom_id]
+        if dom.level == "node"
+        else topo.graph.edges[topo.gpu_vertex(node, next(g.index for g in n.gpus if g.socket == dom.socket)), dom_id]
+    )
+    return cost.PathFigures(e["bandwidth_gbps"], e["latency_us"], dom.level)
+
+
+def free_in(topo: Topology, node: int, dom) -> int:
+    """Free GPUs of ``node`` that lie in ``dom`` (a socket domain holds only its own GPUs)."""
+    n = topo.nodes[node]
+    if dom.level == "socket":
+        return sum(1 for g in n.free_gpus if n.gpu(g).socket == dom.socket)
+    return len(n.free_gpus)
+
+
+def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
+    """Turn spec + topology into pools with candidates; raises InfeasibleError when a pool has nowhere to go."""
+    memo: dict = {}
+    pools: dict[str, PoolPlan] = {}
+    for name, pool in spec.pools.items():
+        eligible = eligible_nodes(topo, pool)
+        check_pool_fits(topo, name, pool, eligible)
+        cands = _pool_candidates(topo, spec, name, pool, eligible, memo)
+        reqs = pool.template.resources.requests
+        pools[name] = PoolPlan(
+            name=name,
+            role=spec.role_of(name),
+            tensor_parallel=pool.tensor_parallel,
+            pipeline_parallel=pool.pipeline_parallel,
+            size=pool.gpus_per_instance,
+            instances=pool.instances,
+            node_count=pool.node_count,
+            gpus_per_node=pool.gpus_per_node,
+            eligible=eligible,
+            selector=(pool.gpu.product, pool.gpu.min_memory_gib),
+            required=pool.placement.required,
+            preferred=pool.placement.preferred,
+            message_bytes=cost.activation_bytes(
+                spec.model.hidden_size, spec.tokens_in_flight(name), spec.model.bytes_per_element
+            ),
+            candidates=cands,
+            cpu_m=k8s.millicores(reqs.get("cpu", "0")),
+            memory_bytes=k8s.bytes_of(reqs.get("memory", "0")),
+        )
+    w = spec.objective
+    telemetry = [
+        cost.telemetry_per_gpu_units(n.queue_depth, n.kv_cache_hit, w.queue_depth, w.cache_miss) for n in topo.nodes
+    ]
+    m = spec.model
+    problem = Problem(
+        spec=spec,
+        topology=topo,
+        pools=pools,
+        colocations=[],
+        replicas=spec.replicas,
+        min_replicas=spec.replicas_floor,
+        spread_level=spec.spread.level if spec.spread else None,
+        telemetry_units=telemetry,
+        kv_bytes=cost.kv_cache_bytes(
+            m.layers, m.kv_heads, m.head_dim, m.bytes_per_element, spec.workload.prompt_tokens
+        ),
+    )
+    _add_transfer(problem, memo)
+    _add_router(problem)
+    problem.unlike_domains = _unlike_domains(memo)
+    return problem
+
+
+def _unlike_domains(memo: dict) -> tuple[str, ...]:
+    """Domains for which nodes priced up to them had different figures (see Problem.unlike_domains)."""
+    seen: dict[str, set[tuple[float, float]]] = {}
+    for (_node, domain), figs in memo.items():
+        seen.setdefault(domain, set()).add((figs.bandwidth_gbps, figs.latency_us))
+    return tuple(sorted(d for d, f in seen.items() if len(f) > 1))
+
+
+def check_pool_fits(topo: Topology, name: str, pool: Pool, eligible: frozenset[int]) -> None:
+    """The input errors build_problem can raise (a pool's shape against the largest matching node): cheap,
+    so a batch checks every spec before solving any."""
+    where = f"pools.{name}"
+    if not eligible:
+        return  # nothing matches the selector: no candidates; explained by placer.solver.conflicts if it matters
+    biggest = max(len(topo.nodes[n].gpus) for n in eligible)
+    if pool.node_count is not None:
+        if pool.gpus_per_node and pool.gpus_per_node > biggest:
+            raise InputError(
+                f"{where}.gpusPerNode: {pool.gpus_per_node} is more than the {biggest} GPUs "
+                "of the largest matching node"
+            )
+        return
+    size = pool.gpus_per_instance
+    if pool.pipeline_parallel > 1 and size > biggest:
+        raise InputError(
+            f"{where}: {pool.pipeline_parallel} pipeline stages of TP{pool.tensor_parallel} need {size} GPUs; "
+            f"without nodeCount/gpusPerNode an instance must fit on one node and the largest matching node has "
+            f"{biggest}; set gpusPerNode to a multiple of {pool.tensor_parallel} and nodeCount to match"
+        )
+    if pool.placement.required in ("node", "socket") and size > biggest:
+        raise InputError(
+            f"{where}.tensorParallel: {size} GPUs cannot pack within {LEVEL_WORDS[pool.placement.required]}: "
+            f"the largest matching node has {biggest} GPUs"
+        )
+
+
+def containers_for(problem: Problem, pools: tuple[str, ...], allowed, memo: dict, kv: bool) -> tuple[Container, ...]:
+    """Domains that can hold one replica's members of ``pools`` and pass ``allowed``, with their KV cost."""
+    topo = problem.topology
+    need = sum(problem.pools[p].size * problem.pools[p].instances for p in pools)
+    eligible = set().union(*(problem.pools[p].eligible for p in pools))
+    out = []
+    for dom_id in sorted(topo.domains, key=topo.order.__getitem__):
+        dom = topo.domains[dom_id]
+        nodes = [n for n in dom.nodes if n in eligible]
+        free = sum(free_in(topo, n, dom) for n in nodes)
+        if free < need:
+            continue
+        figs = domain_figures(topo, dom_id, nodes, memo)
+        kv_us = 0.0
+        if kv:
+            src, dst = (problem.pools[p] for p in pools)
+            routes = [figs] + [worst_figures(topo, a, nodes, memo) for a in topo.ancestors(dom_id)[1:]]
+            route = cost.best_kv_route(routes, src.size, dst.size, topo.rails_per_node)
+            kv_us = cost.kv_transfer_us(problem.kv_bytes, route, src.size, dst.size, topo.rails_per_node)
+            bw = cost.kv_bandwidth_gbps(route, src.size, dst.size, topo.rails_per_node)
+            if not allowed(dom, bw):
+                continue
+        elif not allowed(dom, None):
+            continue
+        out.append(
+            Container(dom_id, topo.order[dom_id], kv_us, cost.to_units(problem.spec.objective.kv_transfer * kv_us))
+        )
+    return tuple(out)
+
+
+def _add_transfer(problem: Problem, memo: dict) -> None:
+    spec = problem.spec
+    t = spec.transfer
+    if t is None:
+        roles = {spec.role_of(p): p for p in spec.pools}
+        if "prefill" in roles and "decode" in roles:
+            pair = (roles["prefill"], roles["decode"])
+            floor, max_level = None, None
+        else:
+            return
+    else:
+        pair, floor, max_level = (t.source, t.target), t.min_bandwidth_gbps, t.max_level
+    problem.transfer_pair = pair
+
+    def allowed(dom, bw: float | None) -> bool:
+        if max_level is not None and LEVEL_RANK[dom.level] > LEVEL_RANK[max_level]:
+            return False
+        return floor is None or (bw is not None and bw >= floor)
+
+    conts = containers_for(problem, pair, allowed, memo, kv=True)
+    rule = f"{pair[0]} and {pair[1]} of one replica"
+    if floor is not None:
+        rule += f" joined by at least {floor:g} GB/s"
+    if max_level is not None:
+        rule += f" within {LEVEL_WORDS[max_level]}"
+    problem.colocations.append(Colocation("transfer", pair, False, conts, rule))
+
+
+def _add_router(problem: Problem) -> None:
+    spec = problem.spec
+    router = spec.router
+    if router is None:
+        return
+    problem.router_cpu_m = k8s.millicores(router.cpu)
+    problem.router_memory_bytes = k8s.bytes_of(router.memory)
+    problem.router_nodes = _router_candidates(problem)
+    if router.near is None:
+        return
+    level = router.near.level
+
+    def allowed(dom, _bw: float | None) -> bool:
+        return LEVEL_RANK[dom.level] <= LEVEL_RANK[level] and any(n in router_set for n in dom.nodes)
+
+    router_set = set(problem.router_nodes)
+    conts = containers_for(problem, (router.near.pool,), allowed, {}, kv=False)
+    problem.colocations.append(
+        Colocation(
+            "router",
+            (router.near.pool,),
+            True,
+            conts,
+            f"router within {LEVEL_WORDS[level]} of every {router.near.pool} instance",
+        )
+    )
+
+
+def _router_candidates(problem: Problem) -> tuple[int, ...]:
+    """Nodes a router may go to. A node whose CPU and memory cannot run out, even if every free GPU became
+    a pod of its own and every replica's router landed there, is interchangeable with any other such node
+    under the same parent domain, provided that parent may itself hold the router and its pool (a router
+    that must share a node cannot move): keeping the first ``replicas`` of them per parent is then exact
+    and cuts thousands of literals at 10k GPUs."""
+    topo = problem.topology
+    pod_cpu = max((p.cpu_m for p in problem.pools.values()), default=0)
+    pod_mem = max((p.memory_bytes for p in problem.pools.values()), default=0)
+    near = problem.spec.router.near.level if problem.spec.router and problem.spec.router.near else None
+    kept_per_parent: dict[str | None, int] = {}
+    out = []
+    for n in topo.nodes:
+        if not (
+            n.schedulable
+            and n.cpu_free_m >= problem.router_cpu_m
+            and n.memory_free_bytes >= problem.router_memory_bytes
+        ):
+            continue
+        pods = len(n.free_gpus)
+        roomy = (
+            n.cpu_free_m >= problem.replicas * problem.router_cpu_m + pods * pod_cpu
+            and n.memory_free_bytes >= problem.replicas * problem.router_memory_bytes + pods * pod_mem
+        )
+        parent = topo.domains[topo.node_domain[n.index]].parent
+        # Swapping a router to a sibling is exact only if the parent itself may contain router and pool.
+        parent_ok = parent is not None and (near is None or LEVEL_RANK[topo.domains[parent].level] <= LEVEL_RANK[near])
+        if roomy and parent_ok:
+            if kept_per_parent.get(parent, 0) >= problem.replicas:
+                continue
+            kept_per_parent[parent] = kept_per_parent.get(parent, 0) + 1
+        out.append(n.index)
+    return tuple(sorted(out, key=lambda i: topo.order[topo.node_domain[i]]))
