@@ -33,7 +33,7 @@ time (over admitted replicas with a prefill -> decode path), hard-rule violation
 (bench/run.py's definition, over every pool shape in the trace) and placement latency.
 
 Placement latency is what each policy takes to decide one arrival on the state given to it: for placer
-build_problem + solve with SolveOptions(explain=False), as an admission loop would run it (placer's run-time
+pipeline.place with SolveOptions(explain=False), as an admission loop would run it (placer's run-time
 check of its placement is done by the replay, outside the timing); for a baseline
 placer.baselines.run_baseline, which includes checking the placement (a few milliseconds).
 """
@@ -60,7 +60,7 @@ from bench.churn_replay import POLICIES, baseline_policy, placer_policy, replay 
 from bench.churn_report import placer_version, plot, report, summary_line  # noqa: E402
 from bench.churn_trace import TraceParams, deployment_gpus, generate_trace, load_shapes, rates  # noqa: E402
 from placer.model.cluster import ClusterSpec  # noqa: E402
-from placer.solver.solve import SolveOptions  # noqa: E402
+from placer.pipeline import SolveOptions  # noqa: E402
 from placer.topology.generate import generate_cluster  # noqa: E402
 from placer.topology.graph import Topology, build_topology  # noqa: E402
 

@@ -19,8 +19,7 @@ from placer.check.verify import Report, check
 from placer.model.errors import InfeasibleError
 from placer.model.placement import Placement
 from placer.model.spec import ServingTopology
-from placer.solver.problem import build_problem
-from placer.solver.solve import SolveOptions, solve
+from placer.pipeline import SolveOptions, place
 from placer.topology.graph import Topology
 
 POLICIES: tuple[str, ...] = ("placer", *BASELINES)
@@ -81,14 +80,14 @@ Placed = tuple[str, Placement | None, Report | None]  # outcome, placement, its 
 def placer_policy(options: SolveOptions) -> Callable[[ServingTopology, Topology], Placed]:
     """placer as a policy: build + solve; infeasibility (proven or not) is a rejection, not an error."""
 
-    def place(spec: ServingTopology, topo: Topology) -> Placed:
+    def policy(spec: ServingTopology, topo: Topology) -> Placed:
         try:
-            pl = solve(build_problem(spec, topo), options)
+            pl = place(spec, topo, options)
         except InfeasibleError as exc:
             return ("infeasible" if exc.proven else "timeout"), None, None
         return pl.stats.status, pl, None
 
-    return place
+    return policy
 
 
 def baseline_policy(name: str) -> Callable[[ServingTopology, Topology], Placed]:

@@ -38,8 +38,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from placer.pipeline import run_fleet  # noqa: E402
-from placer.solver.solve import SolveOptions  # noqa: E402
+from placer.pipeline import SolveOptions, run_fleet  # noqa: E402
 from placer.topology.generate import dump_cluster_yaml, generate_cluster  # noqa: E402
 
 TARGET_WALL_S = 30.0
@@ -441,7 +440,8 @@ def _meaning(rows: list[Row], walls: list[float], gaps: list[float], limit: floa
         "",
         "'cost' (`FleetResult.cost`) is the sum of the placed deployments' costs as the independent checker "
         "recomputes them (`run_fleet` sets it). 'lower "
-        "bound' is `placer.solver.fleet.fleet_bound`: a bound on the cost of placing the *same placed replicas* all "
+        "bound' is `placer.solver.fleet_bound.fleet_bound`: a bound on the cost of placing the *same placed "
+        "replicas* all "
         "together, however arranged - every instance at its cheapest candidate domain (all-reduce) and every "
         "replica at its cheapest KV container, both on the cluster before any of them was placed (where a "
         "deployment has more preferred-level misses than it must, its instances at their cheapest candidate at "

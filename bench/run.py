@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from placer.baselines import BASELINES, run_all  # noqa: E402
 from placer.check.verify import Report, check  # noqa: E402
-from placer.explain.explanation import preferred_misses  # noqa: E402
+from placer.explain.counterfactuals import preferred_misses  # noqa: E402
 from placer.model.load import load_cluster, load_spec  # noqa: E402
 from placer.model.placement import Placement  # noqa: E402
 from placer.model.record import PlacementRecord  # noqa: E402
@@ -274,7 +274,7 @@ def _targets(groups: dict, below_placer: int) -> str:
         "| never worse than a baseline that keeps every hard rule (preferred misses, then cost) "
         f"| {below_placer} run(s) where a baseline was cheaper | {'yes' if below_placer == 0 else 'no'} |"
     )
-    out += ["", "Where a target is missed, bench/NOTES.md (\"Targets missed, and why\") says by how much and why."]
+    out += ["", 'Where a target is missed, bench/NOTES.md ("Targets missed, and why") says by how much and why.']
     return "\n".join(out)
 
 

@@ -8,10 +8,10 @@ import resource
 import sys
 from pathlib import Path
 
-from placer.emit.manifests import placement_text, write_atomic
+from placer.emit.files import write_atomic
+from placer.emit.manifests import placement_text
 from placer.model.errors import InfeasibleError, PlacerError
-from placer.pipeline import run_solve
-from placer.solver.solve import SolveOptions
+from placer.pipeline import SolveOptions, run_solve
 
 
 def main() -> None:

@@ -1,11 +1,14 @@
 """placer: topology-aware gang placement of LLM serving topologies on GPU clusters.
 
-The pipeline, one module per stage::
+The pipeline, one folder per stage (docs/DESIGN.md has the table)::
 
-    load -> topology -> cost -> problem -> cpsat/ (via solve) -> verify -> emit / explain
+    model (load) -> topology (+ cost) -> solver (problem -> CP-SAT) -> check -> emit / explain
 
-Import OR-Tools only inside :mod:`placer.solver.solve` so that ``placer --help`` stays fast.
+``pipeline`` strings the stages together; ``cli`` is one file per command. OR-Tools is imported only inside
+the solver's functions so that ``placer --help`` stays fast.
 """
 
+from placer.model import API_VERSION
+
 __version__ = "0.1.0"
-API_VERSION = "placer.dev/v1alpha1"
+__all__ = ["API_VERSION", "__version__"]

@@ -1,5 +1,9 @@
 """The whole ``placer solve`` pipeline as one function the CLI, the library and the benchmark share:
-load -> topology -> problem -> solve -> verify -> emit. Nothing reaches stdout from here."""
+load -> topology -> problem -> solve -> verify -> emit. Nothing reaches stdout from here.
+
+This module is placer's public Python surface for solving (``__all__``); the stages' own modules are
+free to change shape behind it.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,34 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from placer.check.gate import verify_fleet, verify_placement
 from placer.check.verify import Report
-from placer.model.errors import VerificationError
 from placer.model.placement import Placement
 from placer.model.spec import ServingTopology
 from placer.solver.problem import Problem
 from placer.solver.solve import SolveOptions
 from placer.topology.graph import Topology
+
+__all__ = [
+    "FleetSolveResult",
+    "SolveOptions",
+    "SolveResult",
+    "build_inputs",
+    "place",
+    "run_fleet",
+    "run_solve",
+    "verify_fleet",
+    "verify_placement",
+]
+
+
+def place(spec: ServingTopology, topo: Topology, options: SolveOptions = SolveOptions()) -> Placement:  # noqa: B008
+    """One spec on an in-memory cluster: compile and solve, nothing else (an admission loop's call).
+    Raises InfeasibleError; the placement is not yet checked: pass it to ``verify_placement``."""
+    from placer.solver.problem import build_problem
+    from placer.solver.solve import solve
+
+    return solve(build_problem(spec, topo), options)
 
 
 @dataclass
@@ -92,31 +117,6 @@ def run_solve(
     return SolveResult(spec, topo, placement, report, manifests)
 
 
-def verify_placement(spec: ServingTopology, topo: Topology, placement: Placement) -> Report:
-    """Run the independent checker; refuse to go on if it finds anything. The reported objective becomes
-    the checker's recomputation; 'optimal' is kept only if it equals what the solver optimised."""
-    from placer.check.verify import check
-
-    report = check(spec, topo, placement)
-    if not report.ok:
-        raise VerificationError(
-            "the independent checker rejected the placement (a bug in placer; nothing was "
-            "printed):\n  " + "\n  ".join(report.violations[:20])
-        )
-    st = placement.stats
-    if st.objective is not None and st.objective != report.total_units:
-        st.notes.append(
-            f"solver cost model {st.objective} units, checker {report.total_units} units "
-            "(domain holds unlike nodes); optimality not claimed"
-        )
-        if st.status == "optimal":
-            st.status = "feasible"
-    st.objective = report.total_units
-    if st.bound is not None and st.objective:
-        st.gap = max(0.0, (st.objective - st.bound) / st.objective) if st.status != "optimal" else 0.0
-    return report
-
-
 def build_inputs(spec_path: Path, spec: ServingTopology, cluster_path: Path, cluster) -> tuple[Topology, Problem]:
     """Topology and problem; input errors found here are attributed to their file and line."""
     from placer.model.errors import InputError
@@ -168,11 +168,12 @@ def run_fleet(
     """Several specs (files, multi-document files, directories) and what already runs (``keep_paths``)
     placed on one cluster: load -> topology -> keep -> fleet solve -> verify all together -> emit."""
     from placer.emit.manifests import build_manifests
+    from placer.emit.readback import load_running
     from placer.emit.targets import DEFAULT_TARGET
     from placer.model.errors import InputError
     from placer.model.load import load_cluster, load_specs, locate
     from placer.solver.fleet import Deployment, check_unique, solve_fleet
-    from placer.solver.keep import load_running, plan_keep
+    from placer.solver.keep import plan_keep
     from placer.topology.graph import build_topology
 
     given = [item for p in spec_paths for item in load_specs(p)]
@@ -228,42 +229,3 @@ def _check_buildable(d, topo: Topology) -> None:
             check_pool_fits(topo, name, pool, eligible_nodes(topo, pool))
     except InputError as exc:
         raise InputError(f"{d.source}: {exc}") from None
-
-
-def verify_fleet(topo: Topology, placed: list[tuple[ServingTopology, Placement]]) -> list[Report]:
-    """The checker on every placement with every other one's GPUs, CPU and memory taken: together they
-    double-book nothing and each keeps every rule. Order-free, so it does not trust the solve order.
-    Raises VerificationError (a bug in placer) on anything; the objective becomes the checker's figure."""
-    _claim_once(placed)
-    return [verify_placement(spec, t, pl) for (spec, pl), t in zip(placed, _others_taken(topo, placed), strict=True)]
-
-
-def check_fleet(topo: Topology, placed: list[tuple[ServingTopology, Placement]]) -> list[Report]:
-    """verify_fleet's checks without refusing: for states placer did not make (what runs, in plan)."""
-    from placer.check.verify import check
-
-    return [check(spec, t, pl) for (spec, pl), t in zip(placed, _others_taken(topo, placed), strict=True)]
-
-
-def _claim_once(placed: list[tuple[ServingTopology, Placement]]) -> None:
-    claims: dict[tuple[str, int], str] = {}
-    for _spec, pl in placed:
-        me = f"{pl.namespace}/{pl.deployment}"
-        for rep in pl.replicas:
-            for inst in rep.instances:
-                for pod in inst.pods:
-                    for g in pod.gpus:
-                        owner = claims.setdefault((pod.node, g), me)
-                        if owner != me:
-                            raise VerificationError(
-                                f"the independent checker rejected the batch (a bug in placer; nothing was printed): "
-                                f"GPU {g} of {pod.node} is given to both {owner} and {me}"
-                            )
-
-
-def _others_taken(topo: Topology, placed: list[tuple[ServingTopology, Placement]]) -> list[Topology]:
-    """Per placement, the cluster with every other placement's GPUs, CPU and memory taken."""
-    from placer.solver.fleet import merge_usage, usage
-
-    taken = [usage(spec, topo, pl) for spec, pl in placed]
-    return [topo.with_usage(*merge_usage([t for j, t in enumerate(taken) if j != i])) for i in range(len(placed))]

@@ -19,8 +19,10 @@ from placer.model.errors import InputError
 from placer.model.load import load_cluster, load_spec
 from placer.model.spec import ServingTopology
 from placer.solver.decompose import lower_bound, partition, split_of
+from placer.solver.options import Unplaceable
 from placer.solver.problem import build_problem
-from placer.solver.solve import SolveOptions, Unplaceable, search, solve
+from placer.solver.search import search
+from placer.solver.solve import SolveOptions, solve
 from placer.topology.graph import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent

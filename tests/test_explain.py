@@ -13,12 +13,12 @@ import pytest
 
 from placer.check.verify import check
 from placer.emit.manifests import build_manifests, placement_text, to_yaml
+from placer.emit.readback import load_placed
 from placer.explain.explanation import explain_placement, to_json
 from placer.explain.view import gpu_ranges, render
 from placer.model.errors import InfeasibleError, InputError
 from placer.model.load import load_cluster, load_spec
 from placer.model.placement import Pod
-from placer.model.record import load_placed
 from placer.model.spec import ServingTopology
 from placer.solver.conflicts import explain_infeasible
 from placer.solver.problem import build_problem

@@ -11,13 +11,15 @@ import pytest
 import yaml
 from test_cli import run
 
+from placer.emit.manifests import records_text
+from placer.emit.readback import load_running
 from placer.model.errors import InputError
 from placer.model.load import load_cluster, load_spec, load_specs
 from placer.model.placement import Pod
 from placer.model.spec import ServingTopology
 from placer.pipeline import run_fleet, verify_fleet
 from placer.solver.fleet import Deployment, solve_fleet
-from placer.solver.keep import load_running, plan_keep, records_text
+from placer.solver.keep import plan_keep
 from placer.solver.plan import plan
 from placer.solver.solve import SolveOptions
 from placer.topology.graph import build_topology

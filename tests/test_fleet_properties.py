@@ -20,7 +20,8 @@ from placer.model.cluster import ClusterSpec
 from placer.model.spec import ServingTopology
 from placer.pipeline import verify_fleet
 from placer.solver.cpsat.model import PlacementModel, post_capacity
-from placer.solver.fleet import Deployment, fleet_bound, solve_fleet
+from placer.solver.fleet import Deployment, solve_fleet
+from placer.solver.fleet_bound import fleet_bound
 from placer.solver.problem import build_problem
 from placer.solver.solve import SolveOptions
 from placer.topology.graph import build_topology

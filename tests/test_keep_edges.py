@@ -10,9 +10,10 @@ import yaml
 from test_cli import run
 from test_fleet import OPTS, _cluster, _spec_doc, _write_specs, leaf_cluster
 
+from placer.emit.manifests import records_text
+from placer.emit.readback import load_running
 from placer.model.load import load_cluster, load_specs
 from placer.pipeline import run_fleet
-from placer.solver.keep import load_running, records_text
 from placer.solver.plan import plan
 from placer.topology.graph import build_topology
 

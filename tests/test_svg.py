@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from placer.check.verify import check
-from placer.explain import svg
+from placer.explain import svg, svg_layout
 from placer.explain.svg import instance_colours, pool_colour, render_svg
 from placer.model.cluster import ClusterSpec
 from placer.model.load import load_spec
@@ -242,7 +242,7 @@ def test_10k_cluster_summarises_unused_domains(huge: SolveResult) -> None:
 def test_unused_nodes_collapse_when_the_detail_budget_is_exceeded(
     big: SolveResult, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(svg, "DETAIL_GPUS", 64)  # the 96 placed GPUs already exceed it
+    monkeypatch.setattr(svg_layout, "DETAIL_GPUS", 64)  # the 96 placed GPUs already exceed it
     root = ET.fromstring(_render(big))
     used = {pod.node for r in big.placement.replicas for i in r.instances for pod in i.pods}
     used |= {r.router for r in big.placement.replicas if r.router}

@@ -19,11 +19,11 @@ import pytest
 import yaml
 
 from placer.emit.manifests import build_manifests, placement_text, to_json_list, to_yaml
+from placer.emit.readback import load_placed
 from placer.emit.targets import TARGETS
 from placer.explain.explanation import explain_placement, to_json
 from placer.model.errors import InputError
 from placer.model.load import load_cluster, load_spec
-from placer.model.record import load_placed
 from placer.pipeline import verify_placement
 from placer.solver.problem import build_problem
 from placer.solver.solve import SolveOptions, solve

@@ -14,12 +14,12 @@ import yaml
 from test_cli import AGG, SMALL, run
 
 from placer.emit.manifests import build_manifests, to_yaml
+from placer.emit.readback import load_placed
 from placer.emit.targets import TARGETS, dra
 from placer.emit.targets.nccl import instance_settings
 from placer.model.errors import InputError
 from placer.model.load import load_cluster, load_spec
 from placer.model.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
-from placer.model.record import load_placed
 from placer.model.spec import ServingTopology
 from placer.pipeline import verify_placement
 from placer.topology.graph import build_topology

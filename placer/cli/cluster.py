@@ -38,7 +38,7 @@ def generate_command(
     if out is None:
         sys.stdout.write(text)
     else:
-        from placer.emit.manifests import write_atomic
+        from placer.emit.files import write_atomic
 
         write_atomic(out, text)
         print(f"wrote {out}", file=sys.stderr)
@@ -130,7 +130,7 @@ def import_command(
     if out is None:
         sys.stdout.write(text)
     else:
-        from placer.emit.manifests import write_atomic
+        from placer.emit.files import write_atomic
 
         write_atomic(out, text)
         if not quiet:

@@ -88,9 +88,9 @@ def explain_command(
 def _explain(
     placed_path: Path, cluster_path: Path, output, svg: Path | None, baselines: bool, deployment: str | None = None
 ) -> None:
+    from placer.emit.readback import load_placed
     from placer.model.errors import InputError
     from placer.model.load import load_cluster, locate
-    from placer.model.record import load_placed
     from placer.topology.graph import build_topology
 
     placed = load_placed(placed_path, deployment)
@@ -114,7 +114,7 @@ def _show(spec, topo, placement, output, svg: Path | None, baselines: bool) -> N
     compared = run_all(spec, topo) if baselines else []
     ex = explain_placement(spec, topo, placement, compared)
     if svg is not None:
-        from placer.emit.manifests import write_atomic
+        from placer.emit.files import write_atomic
         from placer.explain.svg import render_svg
         from placer.model.errors import InputError
 

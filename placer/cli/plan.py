@@ -51,9 +51,10 @@ def plan_command(
 
       placer plan --from running.yaml cluster.yaml --cut 0.05
     """
+    from placer.emit.manifests import records_text
+    from placer.emit.readback import load_running
     from placer.model.errors import InputError
     from placer.model.load import load_cluster, load_specs, locate
-    from placer.solver.keep import load_running, records_text
     from placer.solver.plan import plan
     from placer.solver.solve import SolveOptions
     from placer.topology.graph import build_topology
@@ -94,7 +95,7 @@ def plan_command(
         else [],
     }
     if placement is not None:
-        from placer.emit.manifests import write_atomic
+        from placer.emit.files import write_atomic
 
         write_atomic(placement, records_text(result.placements))
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")

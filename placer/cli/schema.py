@@ -22,7 +22,7 @@ def schema_command(
     if write is None:
         sys.stdout.write(json.dumps(schemas, indent=2, sort_keys=True) + "\n")
         return
-    from placer.emit.manifests import write_atomic
+    from placer.emit.files import write_atomic
 
     write.mkdir(parents=True, exist_ok=True)
     for name, schema in schemas.items():

@@ -113,7 +113,8 @@ def solve_command(
     """
     from placer.model.errors import InputError
     from placer.pipeline import run_solve
-    from placer.solver.solve import SolveOptions, stderr_log
+    from placer.solver.options import stderr_log
+    from placer.solver.solve import SolveOptions
 
     if placement is not None and not placement.parent.resolve().is_dir():
         raise InputError(f"--placement {placement}: directory {placement.parent} does not exist")
@@ -151,7 +152,8 @@ def solve_command(
         return
     text = result.json() if output is OutputFormat.json else result.yaml()
     if placement is not None:
-        from placer.emit.manifests import placement_text, write_atomic
+        from placer.emit.files import write_atomic
+        from placer.emit.manifests import placement_text
 
         write_atomic(placement, placement_text(result.placement, placement, result.spec))
     sys.stdout.write(text)
@@ -183,10 +185,10 @@ def _documents(path: Path) -> int:
 
 def _solve_fleet(specs, cluster, options, keep, placement, output, target, nccl, namespace, dry_run, quiet, say):
     """Several deployments and/or --keep: the placed ones on stdout, a table of all of them on stderr."""
-    from placer.emit.manifests import write_atomic
+    from placer.emit.files import write_atomic
+    from placer.emit.manifests import records_text
     from placer.explain.fleet_view import fleet_table
     from placer.pipeline import run_fleet
-    from placer.solver.keep import records_text
 
     t0 = time.perf_counter()
     res = run_fleet(specs, cluster, options, keep, progress=say, target=target, nccl=nccl, namespace=namespace)

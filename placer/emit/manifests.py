@@ -13,8 +13,6 @@ images, env), and documents are serialised by PyYAML or json, never by string te
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -36,7 +34,6 @@ __all__ = [
     "pod_name",
     "to_json_list",
     "to_yaml",
-    "write_atomic",
 ]
 
 
@@ -73,22 +70,19 @@ def to_json_list(docs: list[dict]) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}, indent=2, sort_keys=True) + "\n"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and rename, so readers never see half a file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or Path("."), prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def placement_text(placement: Placement, path: Path, spec: ServingTopology) -> str:
     """The placement record as JSON or YAML, chosen by the file's extension, with the spec inside."""
     record = placement.to_record(spec_record(spec))
     if path.suffix.lower() == ".json":
         return json.dumps(record, indent=2, sort_keys=True) + "\n"
     return yaml.dump(record, Dumper=_PlainDumper, sort_keys=True, default_flow_style=False)
+
+
+def records_text(placements: list[tuple[ServingTopology, Placement]]) -> str:
+    """Several placement records as one YAML stream (what --placement writes for a batch)."""
+    import yaml
+
+    return "".join(
+        "---\n" + yaml.dump(p.to_record(spec_record(s)), Dumper=_PlainDumper, sort_keys=True, default_flow_style=False)
+        for s, p in placements
+    )

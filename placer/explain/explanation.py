@@ -1,7 +1,7 @@
 """Why a placement is what it is: the numbers behind it, in the vocabulary of the people who run it.
 
 ``explain_placement`` turns (spec, topology, placement) into an ``Explanation``: plain data that the rich
-view (explain_view.py), ``--output json`` and the SVG all read. Every number comes from the shared cost
+view (view.py), ``--output json`` and the SVG all read. Every number comes from the shared cost
 model (placer.topology.cost) through the independent checker (placer.check.verify), so the cost terms shown add up to
 exactly the objective the solver minimised. Nothing here prints.
 
@@ -20,24 +20,14 @@ from typing import Any
 
 from placer.check import verify
 from placer.emit.targets.nccl import instance_settings
+from placer.explain.counterfactuals import PolicyView, _baseline_view, policy_view, preferred_misses
+from placer.explain.links import LinkView, bottleneck_link
 from placer.model.k8s import field_alias
 from placer.model.levels import LEVEL_RANK
 from placer.model.placement import InstancePlacement, Placement, ReplicaPlacement
 from placer.model.spec import ServingTopology
 from placer.topology import cost
 from placer.topology.graph import Topology
-
-
-@dataclass(frozen=True)
-class LinkView:
-    """The slowest link a set of GPUs crosses, named as an operator would."""
-
-    kind: str  # nvlink | pcie | cross-socket | nvlink-domain | infiniband | roce | infiniband-spine | roce-spine
-    label: str
-    domain: str  # the domain whose crossing is the bottleneck
-    bandwidth_gbps: float | None  # per GPU lane; None inside one GPU
-    latency_us: float
-    measured: str | None  # source of measured figures, when an override applies
 
 
 @dataclass(frozen=True)
@@ -106,24 +96,6 @@ class SloCheck:
     what: str  # which times were added up
 
 
-@dataclass(frozen=True)
-class PolicyView:
-    """One placement policy's result on the same cluster: placer's or a baseline's."""
-
-    name: str
-    title: str
-    outcome: str  # placed | no-fit | gave-up
-    note: str
-    replicas: int
-    allreduce_us_per_pass: dict[str, float]  # pool -> mean over its instances
-    kv_transfer_us: float | None  # worst replica
-    kv_bandwidth_gbps: float | None  # worst replica
-    units: int | None
-    violations: list[str]
-    vs_placer: float | None  # units / placer's units
-    preferred_misses: int = 0  # TP groups broader than their pool's preferred level (placer minimises these first)
-
-
 @dataclass
 class Explanation:
     deployment: str
@@ -145,60 +117,6 @@ class Explanation:
 
 
 # ---- naming links ----------------------------------------------------------------------------------
-
-
-def link_kind(topo: Topology, domain_id: str) -> tuple[str, str]:
-    """(kind, words) for crossing between the children of a domain."""
-    dom = topo.domains[domain_id]
-    ib = topo.network_kind == "infiniband"
-    if dom.level == "socket":
-        return "pcie", "PCIe switch (one socket)"
-    if dom.level == "node":
-        node = topo.nodes[dom.nodes[0]]
-        if node.interconnect == "nvlink":
-            return "nvlink", "NVLink (NVSwitch) in node"
-        if len(node.sockets) > 1:
-            return "cross-socket", "PCIe across CPU sockets"
-        return "pcie", "PCIe in node"
-    if dom.level == "nvlink-domain":
-        return "nvlink-domain", "NVLink across trays (NVSwitch)"
-    if dom.level in ("rack", "leaf"):
-        return ("infiniband", "InfiniBand leaf") if ib else ("roce", "RoCE Ethernet leaf")
-    over = topo.spine_oversubscription
-    ratio = f" ({over:g}:1)" if over > 1 else ""
-    return (
-        ("infiniband-spine", f"InfiniBand spine{ratio}")
-        if ib
-        else (
-            "roce-spine",
-            f"RoCE Ethernet spine{ratio}",
-        )
-    )
-
-
-def crossed_domains(topo: Topology, gpus: list[tuple[int, int]], top: str | None = None) -> list[str]:
-    """Every domain whose crossing figures a ring over these GPUs (or a route through ``top``) pays."""
-    homes = sorted({topo.gpu_domain(n, g) for n, g in gpus})
-    top = top or topo.lowest_common(homes)
-    out: set[str] = set()
-    for home in homes:
-        for d in topo.ancestors(home):
-            out.add(d)
-            if d == top:
-                break
-    return sorted(out, key=topo.order.__getitem__)
-
-
-def bottleneck_link(topo: Topology, gpus: list[tuple[int, int]], top: str | None = None) -> LinkView | None:
-    """The slowest crossing on the way (ties: the broadest domain, where the traffic leaves the box)."""
-    if len(gpus) <= 1 and top is None:
-        return None
-    doms = crossed_domains(topo, gpus, top)
-    worst = min(doms, key=lambda d: (topo.crossing[d][0], -LEVEL_RANK[topo.domains[d].level]))
-    bw, _ = topo.crossing[worst]
-    lat = max(topo.crossing[d][1] for d in doms)
-    kind, words = link_kind(topo, worst)
-    return LinkView(kind, words, worst, bw, lat, topo.measured.get(worst))
 
 
 # ---- the explanation ---------------------------------------------------------------------------------
@@ -379,47 +297,6 @@ def _slo(name: str, target_ms: float, comm_ms: float, what: str) -> SloCheck:
 
 
 # ---- policies side by side ---------------------------------------------------------------------------
-
-
-def policy_view(name: str, title: str, outcome: str, note: str, report: verify.Report) -> PolicyView:
-    by_pool: dict[str, list[float]] = {}
-    for c in report.instances:
-        by_pool.setdefault(c.pool, []).append(c.allreduce_us)
-    kv = [r for r in report.replicas if r.kv_path is not None]
-    return PolicyView(
-        name=name,
-        title=title,
-        outcome=outcome,
-        note=note,
-        replicas=len(report.replicas),
-        allreduce_us_per_pass={p: sum(v) / len(v) for p, v in sorted(by_pool.items())},
-        kv_transfer_us=max((r.kv_us for r in kv), default=None),
-        kv_bandwidth_gbps=min((r.kv_bandwidth_gbps or 0.0 for r in kv), default=None),
-        units=report.total_units,
-        violations=list(report.violations),
-        vs_placer=None,
-    )
-
-
-def preferred_misses(spec: ServingTopology, topo: Topology, report: verify.Report) -> int:
-    """TP groups placed broader than their pool's preferred level: the solver's second objective, before
-    cost, so a policy that ignores preferences may be cheaper without being better."""
-    out = 0
-    for c in report.instances:
-        preferred = spec.pools[c.pool].placement.preferred
-        if preferred is not None and LEVEL_RANK[topo.domains[c.domain].level] > LEVEL_RANK[preferred]:
-            out += 1
-    return out
-
-
-def _baseline_view(spec: ServingTopology, topo: Topology, result: Any, placer_units: int) -> PolicyView:
-    """A baseline's result (placer.baselines.BaselineResult) in the same terms as placer's."""
-    if result.placement is None or result.report is None:
-        return PolicyView(result.name, result.title, result.outcome, result.note, 0, {}, None, None, None, [], None)
-    view = policy_view(result.name, result.title, result.outcome, result.note, result.report)
-    ratio = view.units / placer_units if placer_units and view.units is not None else None
-    misses = preferred_misses(spec, topo, result.report)
-    return PolicyView(**(asdict(view) | {"vs_placer": ratio, "preferred_misses": misses}))
 
 
 # ---- machine output ----------------------------------------------------------------------------------

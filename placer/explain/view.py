@@ -9,7 +9,9 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from placer.explain.explanation import Explanation, LinkView, PolicyView
+from placer.explain.counterfactuals import PolicyView
+from placer.explain.explanation import Explanation
+from placer.explain.links import LinkView
 from placer.model.levels import LEVEL_WORDS
 
 

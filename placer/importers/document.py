@@ -15,12 +15,12 @@ from typing import Any
 
 import yaml
 
-from placer import API_VERSION
 from placer.importers import hardware as hw
 from placer.importers.common import Note, natural_key
 from placer.importers.domains import final_domains
 from placer.importers.ledger import DEFAULT, Draft, Ledger
 from placer.importers.nccl_tests import NcclTestRun
+from placer.model import API_VERSION
 from placer.topology.graph import Topology
 
 DOMAIN_KEYS = {"rack": "rack", "leaf": "leaf", "nvlink-domain": "nvlinkDomain"}

@@ -2,3 +2,5 @@
 
 Everything else in placer depends on this package; it depends on nothing of placer's.
 """
+
+API_VERSION = "placer.dev/v1alpha1"  # the apiVersion of every document placer reads and writes

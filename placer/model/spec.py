@@ -12,8 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from placer import API_VERSION
-from placer.model import k8s
+from placer.model import API_VERSION, k8s
 from placer.model.k8s import Quantity, field_alias
 from placer.model.levels import LEVEL_RANK, Level
 

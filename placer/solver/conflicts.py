@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 
 from placer.model.levels import LEVEL_RANK, LEVEL_WORDS, LEVELS
 from placer.model.spec import ServingTopology
-from placer.solver.problem import Problem, build_problem, free_in
+from placer.solver.figures import free_in
+from placer.solver.problem import Problem, build_problem
 
 
 @dataclass(frozen=True)

@@ -20,15 +20,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from placer.model.levels import LEVEL_RANK
 from placer.model.placement import ReplicaPlacement
-from placer.solver.problem import Problem, free_in
+from placer.solver.figures import free_in
+from placer.solver.greedy import greedy
+from placer.solver.options import Outcome, SolveOptions, Unplaceable
+from placer.solver.problem import Problem
+from placer.solver.search import greedy_outcome, search
 from placer.topology.graph import Topology
-
-if TYPE_CHECKING:
-    from placer.solver.solve import Outcome, SolveOptions
 
 INFEASIBLE = None  # a (domain, k) entry that has no placement
 # The least time one domain's model is given when several are still to be solved: an NVL72 rack's model
@@ -193,8 +193,6 @@ def _bound_per_instance(problem: Problem) -> Value | None:
 
 def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, deadline: float) -> Outcome:
     """The best selection of (domain, replicas) by lazy, exact DP; raises Unplaceable like solve.search."""
-    from placer.solver.greedy import greedy
-    from placer.solver.solve import Outcome, Unplaceable, greedy_outcome, search
 
     t0 = time.perf_counter()
     topo = problem.topology

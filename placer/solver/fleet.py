@@ -21,9 +21,12 @@ from itertools import groupby
 from placer.model.errors import InfeasibleError, InputError
 from placer.model.placement import Placement, SolveStats
 from placer.model.spec import ServingTopology
+from placer.solver.fleet_bound import fleet_bound
+from placer.solver.keep import kept_usage
 from placer.solver.problem import Kept, Problem, build_problem, with_kept
 from placer.solver.solve import SolveOptions, solve
 from placer.topology.graph import Topology
+from placer.topology.usage import merge_usage, usage
 
 EXPLAIN_S = 3.0  # most time spent naming the conflict of one deployment left out
 SEQUENTIAL_SHARE = 0.7  # of the time left per deployment, the rest kept for repairs and explanations
@@ -111,7 +114,7 @@ def solve_fleet(
     deadline = t0 + options.time_limit_s
     order = placement_order(deployments)
     # What runs is taken for everyone but its owner (_own_state gives the owner its pods back).
-    running = [kept_usage(d, topology) for d in deployments if d.kept is not None]
+    running = [kept_usage(d.spec, d.kept, topology) for d in deployments if d.kept is not None]
     state = topology.with_usage(*merge_usage(running)) if running else topology
     placed: list[Placed] = []
     failed: list[tuple[Deployment, InfeasibleError, Topology]] = []
@@ -186,7 +189,8 @@ def _repair(
     from ortools.sat.python import cp_model
 
     from placer.solver.cpsat.model import PlacementModel, post_capacity
-    from placer.solver.solve import Part, decode_joint, run_stage
+    from placer.solver.decode import Part, decode_joint
+    from placer.solver.options import run_stage
 
     t0 = time.perf_counter()
     group = _blockers(d, tier_placed, tier_start, now)
@@ -195,7 +199,7 @@ def _repair(
     residual = _state_after(tier_start, [p for p in tier_placed if p not in group])
     members = [*[p.deployment for p in group], d]
     # The group's own running pods are theirs to keep (pinned in their models), so free for the joint model.
-    running = [kept_usage(m, residual) for m in members if m.kept is not None]
+    running = [kept_usage(m.spec, m.kept, residual) for m in members if m.kept is not None]
     topo = residual.with_released(*merge_usage(running)) if running else residual
     deadline = t0 + seconds
     try:
@@ -303,30 +307,7 @@ def _state_after(start: Topology, placed: list[Placed]) -> Topology:
 
 def _own_state(d: Deployment, state: Topology) -> Topology:
     """The state as ``d`` sees it: its own running pods' GPUs, CPU and memory given back to it."""
-    return state if d.kept is None else state.with_released(*kept_usage(d, state))
-
-
-def kept_usage(d: Deployment, topo: Topology) -> tuple[dict[int, list[int]], dict[int, int], dict[int, int]]:
-    """What a deployment's kept instances and routers hold, by node index (like usage())."""
-    from placer.solver.keep import as_placement
-
-    meta, kept = d.spec.metadata, d.kept
-    instances, routers = (kept.instances, kept.routers) if kept is not None else ({}, {})
-    return usage(d.spec, topo, as_placement(meta.name, meta.namespace, topo.name, instances, routers))
-
-
-def merge_usage(usages) -> tuple[dict[int, list[int]], dict[int, int], dict[int, int]]:
-    gpus: dict[int, list[int]] = defaultdict(list)
-    cpu: dict[int, int] = defaultdict(int)
-    mem: dict[int, int] = defaultdict(int)
-    for g, c, m in usages:
-        for n, v in g.items():
-            gpus[n] += v
-        for n, v in c.items():
-            cpu[n] += v
-        for n, v in m.items():
-            mem[n] += v
-    return gpus, cpu, mem
+    return state if d.kept is None else state.with_released(*kept_usage(d.spec, d.kept, state))
 
 
 def _fixed_replicas(problem: Problem, n: int) -> Problem:
@@ -336,30 +317,6 @@ def _fixed_replicas(problem: Problem, n: int) -> Problem:
 def _problem(d: Deployment, state: Topology) -> Problem:
     problem = build_problem(d.spec, state)
     return problem if d.kept is None else with_kept(problem, d.kept)
-
-
-def usage(
-    spec: ServingTopology, topo: Topology, placement: Placement
-) -> tuple[dict[int, list[int]], dict[int, int], dict[int, int]]:
-    """GPUs, CPU and memory a placement takes, by node index: what the next deployment must leave alone."""
-    from placer.model import k8s
-
-    gpus: dict[int, list[int]] = defaultdict(list)
-    cpu: dict[int, int] = defaultdict(int)
-    mem: dict[int, int] = defaultdict(int)
-    for rep in placement.replicas:
-        for inst in rep.instances:
-            reqs = spec.pools[inst.pool].template.resources.requests
-            for pod in inst.pods:
-                n = topo.node_by_name(pod.node).index
-                gpus[n] += pod.gpus
-                cpu[n] += k8s.millicores(reqs.get("cpu", "0"))
-                mem[n] += k8s.bytes_of(reqs.get("memory", "0"))
-        if rep.router is not None and spec.router is not None:
-            n = topo.node_by_name(rep.router).index
-            cpu[n] += k8s.millicores(spec.router.cpu)
-            mem[n] += k8s.bytes_of(spec.router.memory)
-    return gpus, cpu, mem
 
 
 def _reasons(
@@ -390,111 +347,3 @@ def _reasons(
             f"on what is left beside the {len(holders)} deployment(s) of its priority or higher, which hold {held} GPUs"
         )
     return reasons or [str(exc)]
-
-
-def fleet_bound(
-    placed: list[tuple[ServingTopology, Placement]], topology: Topology, exact_first: int | None = None
-) -> int | None:
-    """A lower bound on the cost of placing the same replicas all together, however arranged.
-
-    Cost is all-reduce per instance + KV transfer per replica + telemetry per GPU. The first two are at
-    least each instance's cheapest candidate and each replica's cheapest container (on the cluster before
-    any of them). Where a deployment has more preferred-level misses than it must, its instances are bounded
-    by their cheapest candidate at any level (cost is minimised after misses, so a cheaper arrangement
-    could have more). Telemetry: see _telemetry_bound. ``exact_first``: the first placement's proven
-    optimum on this cluster, which then bounds its own share exactly (the better of the two is returned)."""
-    terms = []
-    for spec, placement in placed:
-        term = _bound_terms(spec, placement, topology)
-        if term is None:
-            return None
-        terms.append(term)
-    bound = _combine(terms, topology)
-    if exact_first is not None and terms:
-        bound = max(bound, exact_first + _combine(terms[1:], topology))
-    return bound
-
-
-_Terms = tuple[int, list[tuple[tuple, int, int]], dict[tuple, list[int]]]  # structural, demand, telemetry
-
-
-def _bound_terms(spec: ServingTopology, placement: Placement, topology: Topology) -> _Terms | None:
-    """One deployment's share: its structural bound and the GPUs its pools draw, by (weights, eligible)."""
-    from placer.solver.solve import _forced_misses
-
-    try:
-        problem = build_problem(spec, topology)
-    except InfeasibleError:
-        return None
-    if problem.unlike_domains:
-        return None  # candidates priced at their slowest node may cost more than the real GPUs
-    n = len(placement.replicas)
-    misses = 0
-    for rep in placement.replicas:
-        for inst in rep.instances:
-            cand = next((c for c in problem.pools[inst.pool].candidates if c.domain == inst.domain), None)
-            misses += bool(cand is None or cand.preferred_miss)
-    # With the fewest misses possible, every instance of a pool that can meet its preferred level does.
-    fewest = misses <= _forced_misses(problem, n)
-    structural = 0
-    demand: list[tuple[tuple, int, int]] = []  # (group, slot size, GPUs)
-    tele: dict[tuple, list[int]] = {}
-    for plan in problem.pools.values():
-        meets = [c.units for c in plan.candidates if not c.preferred_miss]
-        units = meets if fewest and meets else [c.units for c in plan.candidates]
-        structural += n * plan.instances * min(units, default=0)
-        group = (spec.objective.queue_depth, spec.objective.cache_miss, plan.eligible)
-        demand.append((group, _slot(plan), n * plan.instances * plan.size))
-        tele[group] = problem.telemetry_units
-    for coloc in problem.colocations:
-        structural += n * min((c.units for c in coloc.containers), default=0)
-    return structural, demand, tele
-
-
-def _combine(terms: list[_Terms], topology: Topology) -> int:
-    """Structural shares add up; telemetry is bounded per group over every deployment's GPUs at once."""
-    slots: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
-    tele_of: dict[tuple, list[int]] = {}
-    for _structural, demand, tele in terms:
-        for group, slot, gpus in demand:
-            slots[group].append((slot, gpus))
-        tele_of |= tele
-    telemetry = sum(_telemetry_bound(topology, g[2], tele_of[g], s) for g, s in slots.items())
-    return sum(t[0] for t in terms) + telemetry
-
-
-def _slot(plan) -> int:
-    """The fewest GPUs one node must have free to hold part of an instance of this pool: the whole
-    instance when it may only sit on one node, gpusPerNode for multi-node, 1 when it may span."""
-    if plan.multi_node:
-        return plan.gpus_per_node or 1
-    if all(c.kind == "unit" for c in plan.candidates):
-        return plan.size
-    return 1
-
-
-def _telemetry_bound(
-    topology: Topology, eligible: frozenset[int], tele: list[int], slots: list[tuple[int, int]]
-) -> int:
-    """Least telemetry for GPUs drawn by these pools, each from nodes with at least its slot free.
-
-    A relaxation of the real assignment (GPUs may be split across nodes fractionally; groups with other
-    selectors or weights are bounded apart, ignoring that they share nodes). The nodes a slot may use are
-    nested (free >= 8 lies inside free >= 4 ...), so serving the largest slot first from its cheapest nodes
-    is optimal for the relaxation: any GPU a smaller slot would rather have, it can also take elsewhere."""
-    free = {n: len(topology.nodes[n].free_gpus) for n in eligible}
-    left = dict(free)
-    total = 0
-    need_by_slot: dict[int, int] = defaultdict(int)
-    for slot, gpus in slots:
-        need_by_slot[slot] += gpus
-    for slot in sorted(need_by_slot, reverse=True):
-        need = need_by_slot[slot]
-        for n in sorted((n for n in eligible if free[n] >= slot), key=lambda n: (tele[n], n)):
-            if need == 0:
-                break
-            take = min(need, left[n])
-            left[n] -= take
-            need -= take
-            total += take * tele[n]
-    return total

@@ -15,10 +15,12 @@ from dataclasses import dataclass, replace
 
 from placer.model.errors import InfeasibleError, InputError
 from placer.model.placement import InstancePlacement, Placement, SolveStats
+from placer.model.running import Running, running_placement
 from placer.model.spec import ServingTopology
-from placer.solver.keep import Running, plan_keep, running_placement
+from placer.solver.decode import Part, decode_joint
+from placer.solver.keep import plan_keep
+from placer.solver.options import SolveOptions
 from placer.solver.problem import Problem, build_problem, with_kept
-from placer.solver.solve import Part, SolveOptions, decode_joint
 from placer.topology.graph import Topology
 
 
@@ -56,7 +58,7 @@ def plan(
     total cost drops by at least that fraction."""
     from ortools.sat.python import cp_model
 
-    from placer.pipeline import check_fleet, verify_fleet
+    from placer.check.gate import check_fleet, verify_fleet
     from placer.solver.cpsat.model import PlacementModel, post_capacity
 
     t0 = time.perf_counter()
@@ -177,7 +179,7 @@ def _want(pending, cut: float | None) -> str:
 def _run(model, options: SolveOptions, deadline: float, allow_cut: bool = False, want: str = ""):
     from ortools.sat.python import cp_model
 
-    from placer.solver.solve import run_stage
+    from placer.solver.options import run_stage
 
     solver, status = run_stage(model, options, deadline)
     if solver is not None or allow_cut:

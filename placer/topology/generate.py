@@ -15,8 +15,7 @@ from typing import Any
 
 import yaml
 
-from placer import API_VERSION
-from placer.model import k8s
+from placer.model import API_VERSION, k8s
 from placer.model.cluster import GpuGroup
 
 STYLES: tuple[str, ...] = ("dgx-h100", "gb200-nvl72", "mixed")

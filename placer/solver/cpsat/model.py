@@ -14,7 +14,8 @@ from ortools.sat.python import cp_model
 from placer.model.errors import InfeasibleError
 from placer.model.levels import LEVEL_RANK
 from placer.solver.cpsat.variables import Variables, create_variables
-from placer.solver.problem import Problem, free_in, kept_candidate
+from placer.solver.figures import free_in
+from placer.solver.problem import Problem, kept_candidate
 
 
 @dataclass

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from placer.model.levels import LEVEL_RANK
-from placer.solver.problem import Problem, free_in
+from placer.solver.figures import free_in
+from placer.solver.problem import Problem
 
 InstanceKey = tuple[int, str, int]  # (replica, pool, instance)
 

@@ -1,0 +1,69 @@
+"""The run-time gate: nothing is printed unless the independent checker accepts it. For one placement,
+and for a batch, where each placement is checked with every other one's GPUs, CPU and memory taken."""
+
+from __future__ import annotations
+
+from placer.check.verify import Report, check
+from placer.model.errors import VerificationError
+from placer.model.placement import Placement
+from placer.model.spec import ServingTopology
+from placer.topology.graph import Topology
+from placer.topology.usage import merge_usage, usage
+
+
+def verify_placement(spec: ServingTopology, topo: Topology, placement: Placement) -> Report:
+    """Run the independent checker; refuse to go on if it finds anything. The reported objective becomes
+    the checker's recomputation; 'optimal' is kept only if it equals what the solver optimised."""
+    report = check(spec, topo, placement)
+    if not report.ok:
+        raise VerificationError(
+            "the independent checker rejected the placement (a bug in placer; nothing was "
+            "printed):\n  " + "\n  ".join(report.violations[:20])
+        )
+    st = placement.stats
+    if st.objective is not None and st.objective != report.total_units:
+        st.notes.append(
+            f"solver cost model {st.objective} units, checker {report.total_units} units "
+            "(domain holds unlike nodes); optimality not claimed"
+        )
+        if st.status == "optimal":
+            st.status = "feasible"
+    st.objective = report.total_units
+    if st.bound is not None and st.objective:
+        st.gap = max(0.0, (st.objective - st.bound) / st.objective) if st.status != "optimal" else 0.0
+    return report
+
+
+def verify_fleet(topo: Topology, placed: list[tuple[ServingTopology, Placement]]) -> list[Report]:
+    """The checker on every placement with every other one's GPUs, CPU and memory taken: together they
+    double-book nothing and each keeps every rule. Order-free, so it does not trust the solve order.
+    Raises VerificationError (a bug in placer) on anything; the objective becomes the checker's figure."""
+    _claim_once(placed)
+    return [verify_placement(spec, t, pl) for (spec, pl), t in zip(placed, _others_taken(topo, placed), strict=True)]
+
+
+def check_fleet(topo: Topology, placed: list[tuple[ServingTopology, Placement]]) -> list[Report]:
+    """verify_fleet's checks without refusing: for states placer did not make (what runs, in plan)."""
+    return [check(spec, t, pl) for (spec, pl), t in zip(placed, _others_taken(topo, placed), strict=True)]
+
+
+def _claim_once(placed: list[tuple[ServingTopology, Placement]]) -> None:
+    claims: dict[tuple[str, int], str] = {}
+    for _spec, pl in placed:
+        me = f"{pl.namespace}/{pl.deployment}"
+        for rep in pl.replicas:
+            for inst in rep.instances:
+                for pod in inst.pods:
+                    for g in pod.gpus:
+                        owner = claims.setdefault((pod.node, g), me)
+                        if owner != me:
+                            raise VerificationError(
+                                f"the independent checker rejected the batch (a bug in placer; nothing was printed): "
+                                f"GPU {g} of {pod.node} is given to both {owner} and {me}"
+                            )
+
+
+def _others_taken(topo: Topology, placed: list[tuple[ServingTopology, Placement]]) -> list[Topology]:
+    """Per placement, the cluster with every other placement's GPUs, CPU and memory taken."""
+    taken = [usage(spec, topo, pl) for spec, pl in placed]
+    return [topo.with_usage(*merge_usage([t for j, t in enumerate(taken) if j != i])) for i in range(len(placed))]

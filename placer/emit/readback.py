@@ -1,0 +1,369 @@
+"""Read back what placer wrote: the placement record (``--placement FILE``), the manifests ``placer
+solve`` printed, and what runs (``kubectl get pods -A -o json``). Records and manifests carry the spec the
+placement was made for, so ``placer explain`` needs only them and the cluster file.
+
+Manifests are read through their labels and ``placer.dev/*`` annotations, which every ``--target`` writes
+for exactly this purpose (where each one puts them: ``SPEC_CARRIERS`` below). Everything read here is
+untrusted: it goes through the same safe YAML loader and the same validation as a hand-written spec, and
+the placement is then re-checked by the independent checker.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from placer.model.errors import InputError
+from placer.model.placement import InstancePlacement, Placement, Pod, ReplicaPlacement
+from placer.model.record import CLUSTER_ANNOTATION, SPEC_ANNOTATION, STATUS_ANNOTATION, PlacementRecord, StatusRecord
+from placer.model.running import Running
+from placer.model.spec import ServingTopology
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A placement read back, with the spec it was made for and where it came from."""
+
+    spec: ServingTopology
+    placement: Placement
+    source: str  # "placement record" | "manifests"
+
+
+def load_placed(path: Path, deployment: str | None = None) -> Placed:
+    """A placement record (YAML or JSON) or a manifest stream (multi-document YAML or a JSON ``List``).
+    A file from a batch (several records, or several deployments' manifests) needs ``deployment``
+    (``name`` or ``namespace/name``) to say which one."""
+    from placer.model.load import parse_documents, read_text
+
+    docs = [d for d, _ in parse_documents(read_text(path), str(path))]  # JSON is YAML
+    if len(docs) == 1 and isinstance(docs[0], dict) and docs[0].get("kind") == "List":
+        docs = list(docs[0].get("items") or [])
+    if not docs or not all(isinstance(d, dict) for d in docs):
+        raise InputError(f"{path}: expected a Placement record or the manifests placer solve printed")
+    docs = _one_deployment(path, docs, deployment)
+    if len(docs) == 1 and docs[0].get("kind") == "Placement":
+        return _from_record(path, docs[0])
+    if any(d.get("kind") == "Placement" for d in docs):
+        raise InputError(f"{path}: a Placement record must be the only document in its file")
+    return _from_manifests(path, docs)
+
+
+def _one_deployment(path: Path, docs: list[dict[str, Any]], wanted: str | None) -> list[dict[str, Any]]:
+    """The documents of one deployment: all of them when the file holds one, else the one asked for."""
+
+    def key(doc: dict[str, Any]) -> tuple[str, str] | None:
+        meta = _dict(doc.get("metadata"))
+        name = meta.get("name") if doc.get("kind") == "Placement" else _labels(doc).get("app.kubernetes.io/name")
+        return (str(meta.get("namespace") or "default"), str(name)) if name else None
+
+    keys = sorted({k for d in docs if (k := key(d)) is not None})
+    if wanted is None:
+        if len(keys) > 1:
+            names = ", ".join(f"{ns}/{n}" for ns, n in keys)
+            raise InputError(f"{path}: holds several deployments ({names}): choose one with --deployment")
+        return docs
+    ns, _, name = wanted.rpartition("/")
+    chosen = [d for d in docs if (k := key(d)) is not None and k[1] == name and (not ns or k[0] == ns)]
+    if not chosen:
+        names = ", ".join(f"{n_ns}/{n}" for n_ns, n in keys)
+        raise InputError(f"{path}: no deployment {wanted!r} here (it holds {names})")
+    return chosen
+
+
+def _from_record(path: Path, data: dict[str, Any]) -> Placed:
+    from placer.model.load import format_loc
+
+    try:
+        record = PlacementRecord.model_validate(data)
+    except ValidationError as exc:
+        problems = [f"{format_loc(e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)[:5]]
+        raise InputError(f"{path}: not a valid Placement record: " + "; ".join(problems)) from None
+    if record.spec is None:
+        raise InputError(f"{path}: spec: the record carries no spec (written by an older placer); solve again")
+    return Placed(record.spec, record.to_placement(), "placement record")
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _annotation(doc: dict[str, Any], key: str) -> str | None:
+    value = _dict(_dict(doc.get("metadata")).get("annotations")).get(key)
+    return value if isinstance(value, str) else None
+
+
+def _labels(doc: dict[str, Any]) -> dict[str, Any]:
+    return _dict(_dict(doc.get("metadata")).get("labels"))
+
+
+def _json_annotation(path: Path, doc: dict[str, Any], key: str) -> Any:
+    raw = _annotation(doc, key)
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: annotation {key} is not valid JSON ({exc.msg})") from None
+
+
+# Where every --target leaves what explain needs (docs/DESIGN.md, "Explain reads only what placer wrote"):
+# the spec, the solver's status and the cluster on each replica's gang object (a PodGroup, a Grove
+# PodCliqueSet, or the first Pod of a Kueue pod group); an instance's GPUs on the objects that make its pods
+# (placer.dev/instance-gpus on Pods, LeaderWorkerSets and Grove cliques; a Grove clique of single-node
+# instances lists them in placer.dev/instances); the router's node on its Deployment or Grove clique.
+SPEC_CARRIERS = ("PodGroup", "PodCliqueSet", "Pod")
+ENGINE_KINDS = ("Pod", "LeaderWorkerSet", "PodClique")
+ROUTER_KINDS = ("Deployment", "PodClique")
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """The labels and annotations of one object, or of one clique inside a Grove PodCliqueSet."""
+
+    what: str  # for messages: Pod 'x', PodCliqueSet 'y' clique 'z'
+    kind: str
+    labels: dict[str, Any]
+    annotations: dict[str, Any]
+
+
+def _units(docs: list[dict[str, Any]]) -> list[_Unit]:
+    out = []
+    for doc in docs:
+        kind, meta = doc.get("kind"), _dict(doc.get("metadata"))
+        name = meta.get("name")
+        out.append(_Unit(f"{kind} {name!r}", str(kind), _labels(doc), _dict(meta.get("annotations"))))
+        if kind == "PodCliqueSet":
+            cliques = _dict(_dict(doc.get("spec")).get("template")).get("cliques")
+            for clique in cliques if isinstance(cliques, list) else []:
+                clique = _dict(clique)
+                what = f"PodCliqueSet {name!r} clique {clique.get('name')!r}"
+                out.append(_Unit(what, "PodClique", _dict(clique.get("labels")), _dict(clique.get("annotations"))))
+    return out
+
+
+def _from_manifests(path: Path, docs: list[dict[str, Any]]) -> Placed:
+    """Rebuild the placement from the gang object (spec, status), the engine objects (GPUs) and the
+    router's object (node), whatever --target wrote them."""
+    carriers = [d for d in docs if d.get("kind") in SPEC_CARRIERS and _annotation(d, SPEC_ANNOTATION)]
+    if not carriers:
+        raise InputError(
+            f"{path}: no PodGroup, PodCliqueSet or Pod carries the {SPEC_ANNOTATION} annotation placer writes on "
+            "each replica's gang: these are not manifests placer emitted"
+        )
+    if len({_annotation(d, SPEC_ANNOTATION) for d in carriers}) > 1:
+        raise InputError(f"{path}: the objects carry different {SPEC_ANNOTATION} annotations: give one placement")
+    spec_data = _json_annotation(path, carriers[0], SPEC_ANNOTATION)
+    try:
+        spec = ServingTopology.model_validate(spec_data)
+    except ValidationError as exc:
+        raise InputError(
+            f"{path}: annotation {SPEC_ANNOTATION}: not a valid spec ({exc.error_count()} errors)"
+        ) from None
+    status = _json_annotation(path, carriers[0], STATUS_ANNOTATION) or {"status": "unknown"}
+    try:
+        stats = StatusRecord.model_validate(status)
+    except ValidationError:
+        raise InputError(f"{path}: annotation {STATUS_ANNOTATION}: not a solver status") from None
+    cluster = _annotation(carriers[0], CLUSTER_ANNOTATION) or ""
+    instances: dict[tuple[int, str, int], InstancePlacement] = {}
+    routers: dict[int, str] = {}
+    for unit in _units(docs):
+        if unit.labels.get("app.kubernetes.io/name") != spec.metadata.name:
+            continue
+        try:
+            replica = int(unit.labels.get("placer.dev/replica", ""))
+        except (TypeError, ValueError):
+            continue
+        if unit.labels.get("app.kubernetes.io/component") == "router":
+            node = unit.annotations.get("placer.dev/node")
+            if unit.kind in ROUTER_KINDS and isinstance(node, str) and node:
+                routers[replica] = node
+        elif unit.kind in ENGINE_KINDS:
+            for inst in _unit_instances(path, unit, spec):
+                key = (replica, inst.pool, inst.index)
+                if key in instances and instances[key].pods != inst.pods:
+                    raise InputError(
+                        f"{path}: {unit.what} puts {inst.pool}-{inst.index} of replica {replica} on other GPUs "
+                        "than another object does"
+                    )
+                instances.setdefault(key, inst)
+    _check_complete(path, spec, instances, routers)
+    replicas = sorted({k[0] for k in instances})
+    placement = Placement(
+        deployment=spec.metadata.name,
+        namespace=spec.metadata.namespace,
+        cluster=cluster,
+        replicas=tuple(
+            ReplicaPlacement(r, tuple(instances[k] for k in sorted(instances) if k[0] == r), routers.get(r))
+            for r in replicas
+        ),
+        stats=stats.to_stats(),
+    )
+    return Placed(spec, placement, "manifests")
+
+
+def _unit_instances(path: Path, unit: _Unit, spec: ServingTopology) -> list[InstancePlacement]:
+    """The instances one engine object makes: one (placer.dev/instance-gpus), or for a Grove clique of
+    single-node instances, each one it lists (placer.dev/instances, their domains in placer.dev/domains)."""
+    pool = unit.labels.get("placer.dev/pool")
+    if pool not in spec.pools:
+        raise InputError(f"{path}: {unit.what}: label placer.dev/pool {pool!r} is not a pool of the spec")
+    gpus = unit.annotations.get("placer.dev/instance-gpus")
+    if isinstance(gpus, str):
+        index = unit.labels.get("placer.dev/instance")
+        if not isinstance(index, str) or not index.isdigit():
+            raise InputError(f"{path}: {unit.what}: no placer.dev/instance label (the instance's index)")
+        domain = unit.annotations.get("placer.dev/domain")
+        return [InstancePlacement(pool, int(index), _parse_instance_gpus(path, gpus), domain or "")]
+    listed = unit.annotations.get("placer.dev/instances") if unit.kind == "PodClique" else None
+    if not isinstance(listed, str):
+        raise InputError(f"{path}: {unit.what}: no placer.dev/instance-gpus annotation (the GPUs placer chose)")
+    try:
+        table = json.loads(listed)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: {unit.what}: annotation placer.dev/instances is not JSON ({exc.msg})") from None
+    if not isinstance(table, dict) or not all(isinstance(k, str) and k.isdigit() for k in table):
+        raise InputError(f"{path}: {unit.what}: annotation placer.dev/instances is not {{index: node:gpu,...}}")
+    domains = unit.annotations.get("placer.dev/domains")
+    try:
+        domain_of = json.loads(domains) if isinstance(domains, str) else {}
+    except json.JSONDecodeError:
+        domain_of = {}
+    domain_of = domain_of if isinstance(domain_of, dict) else {}
+    return [
+        InstancePlacement(pool, int(k), _parse_instance_gpus(path, str(v)), str(domain_of.get(k, "")))
+        for k, v in table.items()
+    ]
+
+
+def _check_complete(
+    path: Path, spec: ServingTopology, instances: dict[tuple[int, str, int], Any], routers: dict[int, str]
+) -> None:
+    """A replica is placed whole or not at all: manifests missing part of one are cut short, not a placement."""
+    if not instances:
+        raise InputError(
+            f"{path}: no Pod, LeaderWorkerSet or Grove clique of {spec.metadata.name!r} carries "
+            "placer.dev/instance-gpus: the gang is there but not its pods"
+        )
+    for replica in sorted({k[0] for k in instances}):
+        for name, pool in spec.pools.items():
+            have = sorted(k[2] for k in instances if k[0] == replica and k[1] == name)
+            if have != list(range(pool.instances)):
+                raise InputError(
+                    f"{path}: replica {replica} has {name} instances {have}; the spec places {pool.instances} "
+                    f"(0-{pool.instances - 1}): the manifests are incomplete"
+                )
+        if spec.router is not None and replica not in routers:
+            raise InputError(
+                f"{path}: replica {replica} has no router object with a placer.dev/node annotation "
+                "(a Deployment, or Grove's router clique)"
+            )
+
+
+def _parse_instance_gpus(path: Path, text: str) -> tuple[Pod, ...]:
+    """``node-a:0,1,2,3;node-b:0,1,2,3`` -> pods."""
+    pods = []
+    for part in text.split(";"):
+        node, _, gpus = part.partition(":")
+        try:
+            indices = tuple(int(g) for g in gpus.split(","))
+        except ValueError:
+            raise InputError(f"{path}: annotation placer.dev/instance-gpus {text!r} is not node:gpu,gpu;...") from None
+        if not node or not indices:
+            raise InputError(f"{path}: annotation placer.dev/instance-gpus {text!r} is not node:gpu,gpu;...")
+        pods.append(Pod(node, indices))
+    return tuple(pods)
+
+
+def load_running(paths: Sequence[Path]) -> list[Running]:
+    """Every deployment the files describe; the same deployment in two files is an error."""
+    from placer.model.load import parse_documents, read_text
+
+    out: dict[str, Running] = {}
+    for path in paths:
+        docs = [d for d, _ in parse_documents(read_text(path), str(path))]
+        if len(docs) == 1 and isinstance(docs[0], dict) and docs[0].get("kind") == "List":
+            docs = list(docs[0].get("items") or [])
+        if not all(isinstance(d, dict) for d in docs):
+            raise InputError(f"{path}: expected placement records, placer's manifests or a kubectl pod list")
+        for running in _read(path, docs):
+            if running.key in out:
+                raise InputError(f"{path}: {running.key} is also described in {out[running.key].source}")
+            out[running.key] = running
+    return [out[k] for k in sorted(out)]
+
+
+def _read(path: Path, docs: list[dict[str, Any]]) -> list[Running]:
+    if not docs:
+        return []
+    if all(d.get("kind") == "Placement" for d in docs):
+        return [_from_placed(path, _from_record(path, d)) for d in docs]
+    if any(d.get("kind") == "Placement" for d in docs):
+        raise InputError(f"{path}: placement records and manifests mixed in one file")
+    if all(d.get("kind") == "Pod" for d in docs) and any("status" in d or _node_name(d) for d in docs):
+        return _from_pods(path, docs)  # what the API server returns (placer's own output has neither)
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for d in docs:
+        if _is_placer(d):
+            meta = _dict(d.get("metadata"))
+            groups[(str(meta.get("namespace") or "default"), _labels(d)["app.kubernetes.io/name"])].append(d)
+    if not groups:
+        raise InputError(f"{path}: no object carries placer's labels (app.kubernetes.io/managed-by: placer)")
+    return [_from_placed(path, _from_manifests(path, group)) for _key, group in sorted(groups.items())]
+
+
+def _from_placed(path: Path, placed) -> Running:
+    pl = placed.placement
+    running = Running(pl.namespace, pl.deployment, str(path), spec=placed.spec)
+    for rep in pl.replicas:
+        for inst in rep.instances:
+            running.instances[(rep.index, inst.pool, inst.index)] = inst
+        if rep.router is not None:
+            running.routers[rep.index] = rep.router
+    return running
+
+
+def _from_pods(path: Path, docs: list[dict[str, Any]]) -> list[Running]:
+    """``kubectl get pods -o json``: placer's pods that are bound to a node; pending ones do not run yet."""
+    out: dict[tuple[str, str], Running] = {}
+    for d in docs:
+        node = _dict(d.get("spec")).get("nodeName")
+        if not _is_placer(d) or not node or _dict(d.get("status")).get("phase") in ("Succeeded", "Failed"):
+            continue
+        meta, labels = _dict(d.get("metadata")), _labels(d)
+        ns, name = str(meta.get("namespace") or "default"), labels["app.kubernetes.io/name"]
+        running = out.setdefault((ns, name), Running(ns, name, str(path)))
+        replica = _int(labels.get("placer.dev/replica"))
+        if replica is None:
+            continue
+        if labels.get("app.kubernetes.io/component") == "router":
+            running.routers[replica] = str(node)
+            continue
+        gpus = _dict(meta.get("annotations")).get("placer.dev/instance-gpus")
+        pool, index = labels.get("placer.dev/pool"), _int(labels.get("placer.dev/instance"))
+        if not isinstance(gpus, str) or not isinstance(pool, str) or index is None:
+            continue
+        domain = str(_dict(meta.get("annotations")).get("placer.dev/domain") or "")
+        running.instances[(replica, pool, index)] = InstancePlacement(
+            pool, index, _parse_instance_gpus(path, gpus), domain
+        )
+    return [out[k] for k in sorted(out)]
+
+
+def _node_name(doc: dict[str, Any]) -> str | None:
+    return _dict(doc.get("spec")).get("nodeName")
+
+
+def _is_placer(doc: dict[str, Any]) -> bool:
+    labels = _labels(doc)
+    return labels.get("app.kubernetes.io/managed-by") == "placer" and bool(labels.get("app.kubernetes.io/name"))
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, str) and value.isdigit() else None

@@ -1,0 +1,137 @@
+"""Turn solved CP-SAT values back into named pods: instance counts per candidate become concrete GPUs, with
+running (kept) instances given their own GPUs first."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from placer.model.placement import InstancePlacement, Pod, ReplicaPlacement
+from placer.solver.problem import Candidate, Problem, kept_candidate
+
+
+def decode(problem: Problem, solver, pm, n_replicas: int) -> tuple[ReplicaPlacement, ...]:
+    """Turn one problem's solver values into concrete GPUs (see decode_joint)."""
+    kept = problem.kept.instances if problem.kept is not None and problem.kept.hard else {}
+    return decode_joint([Part(problem, pm, n_replicas, kept)], solver)[0]
+
+
+@dataclass
+class Part:
+    """One problem of a (possibly joint) model to decode; ``pinned`` instances get their own GPUs back."""
+
+    problem: Problem
+    pm: object  # placer.solver.cpsat.model.PlacementModel
+    n_replicas: int
+    pinned: dict[tuple[int, str, int], InstancePlacement]
+
+
+def decode_joint(parts: list[Part], solver) -> list[tuple[ReplicaPlacement, ...]]:
+    """Turn solver values into concrete GPUs: pinned instances first (their own GPUs), then socket-bound
+    instances, whole-node ones, multi-node pods, and spanning instances deepest domain first, across every
+    problem at once (the laminar order that always fits, since capacity was shared)."""
+    topo = parts[0].problem.topology
+    free = {n.index: list(n.free_gpus) for n in topo.nodes}
+    pods: list[dict[tuple, list[tuple[int, list[int]]]]] = [{} for _ in parts]
+    chosen: list[dict[tuple, tuple[int, Candidate]]] = [{} for _ in parts]
+    supply: list[dict[tuple, int]] = []
+    for pi, part in enumerate(parts):
+        problem, v = part.problem, part.pm.vars  # type: ignore[attr-defined]
+        kept_at: dict[tuple, int] = defaultdict(int)  # (replica, pool, candidate) -> pinned instances there
+        drawn: dict[tuple, int] = defaultdict(int)  # (selector, node) -> GPUs pinned spanning instances hold
+        for (k, pool, i), inst in part.pinned.items():
+            plan = problem.pools[pool]
+            ci = kept_candidate(problem, inst)
+            assert ci is not None, "the model refuses a kept instance without a candidate"
+            chosen[pi][(k, pool, i)] = (ci, plan.candidates[ci])
+            kept_at[(k, pool, ci)] += 1
+            pods[pi][(k, pool, i)] = []
+            for pod in inst.pods:
+                n = topo.node_by_name(pod.node).index
+                free[n] = [g for g in free[n] if g not in pod.gpus]
+                pods[pi][(k, pool, i)].append((n, list(pod.gpus)))
+                if plan.candidates[ci].kind == "pooled":
+                    drawn[(plan.selector, n)] += len(pod.gpus)
+        for (k, pool, i), lits in v.choice.items():
+            plan = problem.pools[pool]
+            if k >= part.n_replicas or (plan.multi_node and (k, pool, i) in part.pinned):
+                continue  # (a counted key stands for all of the pool's instances, pinned or not)
+            # counted instances are numbered in candidate order, skipping pinned indices; multi-node ones
+            # are already told apart
+            taken = sorted(
+                (plan.candidates[ci].order, ci)
+                for ci, lit in lits.items()
+                for _ in range(solver.value(lit) - (0 if plan.multi_node else kept_at[(k, pool, ci)]))
+            )
+            indices = [i] if plan.multi_node else [j for j in range(plan.instances) if (k, pool, j) not in part.pinned]
+            for j, (_order, ci) in zip(indices, taken, strict=True):
+                chosen[pi][(k, pool, j)] = (ci, plan.candidates[ci])
+        supply.append({key: solver.value(p) - drawn[key] for key, p in v.pooled.items()})
+
+    def take(node: int, count: int, socket: int | None = None) -> list[int]:
+        avail = [g for g in free[node] if socket is None or topo.nodes[node].gpu(g).socket == socket]
+        got = avail[:count]
+        assert len(got) == count, "capacity constraints guarantee enough free GPUs"
+        free[node] = [g for g in free[node] if g not in got]
+        return got
+
+    def rank(item):
+        pi, key, cand = item
+        kind_rank = {"unit": 0 if cand.level == "socket" else 1, "container": 2, "pooled": 3}[cand.kind]
+        return (kind_rank, -topo.domains[cand.domain].depth, cand.order, pi, key)
+
+    todo = [
+        (pi, key, cand)
+        for pi in range(len(parts))
+        for key, (_ci, cand) in chosen[pi].items()
+        if key not in parts[pi].pinned
+    ]
+    for pi, key, cand in sorted(todo, key=rank):
+        part = parts[pi]
+        plan = part.problem.pools[key[1]]
+        dom = topo.domains[cand.domain]
+        if cand.kind == "unit":
+            n = dom.nodes[0]
+            pods[pi][key] = [(n, take(n, plan.size, dom.socket if dom.level == "socket" else None))]
+        elif cand.kind == "container":
+            g = plan.gpus_per_node or 0
+            nodes = [n for n, y in part.pm.vars.node_of[key].items() if solver.value(y)]  # type: ignore[attr-defined]
+            pods[pi][key] = [(n, take(n, g)) for n in sorted(nodes)]
+        else:
+            have = supply[pi]
+            need, got = plan.size, []
+            nodes = sorted(
+                (n for n in dom.nodes if have.get((plan.selector, n), 0) > 0),
+                key=lambda n: (-have[(plan.selector, n)], topo.order[topo.node_domain[n]]),
+            )
+            for n in nodes:
+                if need == 0:
+                    break
+                k = min(need, have[(plan.selector, n)])
+                have[(plan.selector, n)] -= k
+                need -= k
+                got.append((n, take(n, k)))
+            assert need == 0, "pooled supply constraints guarantee the draw"
+            pods[pi][key] = sorted(got)
+    return [_replicas(part, solver, pods[pi], chosen[pi]) for pi, part in enumerate(parts)]
+
+
+def _replicas(part: Part, solver, pods, chosen) -> tuple[ReplicaPlacement, ...]:
+    topo, v = part.problem.topology, part.pm.vars  # type: ignore[attr-defined]
+    out = []
+    for k in range(part.n_replicas):
+        router = None
+        if k in v.router:
+            router = topo.nodes[next(n for n, r in v.router[k].items() if solver.value(r))].name
+        instances = tuple(
+            InstancePlacement(
+                pool,
+                i,
+                tuple(Pod(topo.nodes[n].name, tuple(sorted(g))) for n, g in pods[(k, pool, i)]),
+                chosen[(k, pool, i)][1].domain,
+            )
+            for pool, plan in sorted(part.problem.pools.items())
+            for i in range(plan.instances)
+        )
+        out.append(ReplicaPlacement(k, instances, router))
+    return tuple(out)
