@@ -5,10 +5,17 @@ domain) cheapest first and keep the best of the first few that fit. Phase 2: ins
 instance the candidate with the fewest preferred-level misses, then the lowest all-reduce cost, then the
 tightest fit (fewest free GPUs left), then canonical order; take concrete GPUs at once. A replica that
 fits nowhere ends the walk (replicas are identical, so the next would not fit either).
+
+Cost: linear in the cluster per instance. A container limits an instance to the candidates in its subtree,
+found by bisection on the candidates' pre-order positions (a subtree is one interval of the pre-order), and
+each trial works on a copy-on-write layer over the state instead of a copy of it. The walk counts its work
+(candidates looked at, nodes visited) and stops at ``work_limit``: what it placed by then is the warm start,
+the same on every machine.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from placer.solver.problem import Candidate, Container, PoolPlan, Problem
@@ -31,18 +38,104 @@ class GreedyReplica:
     router: int | None = None
 
 
+class _Layer(dict):  # type: ignore[type-arg]
+    """A dict that reads through to ``base`` for keys it does not hold: a trial's changes, not a copy."""
+
+    def __init__(self, base: dict) -> None:
+        super().__init__()
+        self.base = base
+
+    def __missing__(self, key):
+        return self.base[key]
+
+
 @dataclass
 class _State:
-    free: dict[int, list[int]]
+    free: dict[int, list[int]]  # lists are replaced, never changed in place, so layers may share them
     cpu: dict[int, int]
     mem: dict[int, int]
     spread_used: set[str]
 
-    def copy(self) -> _State:
-        return _State({k: list(v) for k, v in self.free.items()}, dict(self.cpu), dict(self.mem), set(self.spread_used))
+    def trial(self) -> _State:
+        return _State(_Layer(self.free), _Layer(self.cpu), _Layer(self.mem), set(self.spread_used))
+
+    def commit(self, trial: _State) -> None:
+        """Make a trial's changes this state's own (the other trials are dropped)."""
+        for mine, theirs in ((self.free, trial.free), (self.cpu, trial.cpu), (self.mem, trial.mem)):
+            mine.update(theirs)
+        self.spread_used = trial.spread_used
 
 
-def greedy(problem: Problem) -> list[GreedyReplica]:
+class _Scopes:
+    """Per pool, its candidates sorted by pre-order position, so the candidates under a container domain
+    are one bisection away; and memoised per-candidate lookups the walk repeats."""
+
+    def __init__(self, problem: Problem) -> None:
+        topo = problem.topology
+        self.problem = problem
+        self.sorted: dict[str, list[int]] = {}
+        self.keys: dict[str, list[int]] = {}
+        for name, plan in problem.pools.items():
+            ranked = sorted(range(len(plan.candidates)), key=lambda ci: (topo.order[plan.candidates[ci].domain], ci))
+            self.sorted[name] = ranked
+            self.keys[name] = [topo.order[plan.candidates[ci].domain] for ci in ranked]
+        self._nodes: dict[tuple[str, int], list[int]] = {}
+        self._static: dict[tuple[str, int], tuple[int, int]] = {}
+        self._in_scope: dict[tuple[str, int, int], list[int]] = {}
+        self._spread: dict[str, str | None] = {}
+        self.work = 0  # candidates looked at and nodes visited: the deterministic measure of the walk
+
+    def in_scope(self, pool: str, combo: dict) -> list[int]:
+        """Candidate indices of ``pool`` inside every container of ``combo`` that covers it, best static key
+        first (see ``static``), so an instance's walk can stop at the first key worse than a fit."""
+        topo = self.problem.topology
+        lo, hi = 0, len(topo.order)
+        for coloc in self.problem.colocations:
+            if pool in coloc.pools and coloc.name in combo:
+                start, end = topo.subtree_interval(combo[coloc.name][1].domain)
+                lo, hi = max(lo, start), min(hi, end)
+        memo = self._in_scope.get((pool, lo, hi))
+        if memo is not None:
+            return memo
+        keys = self.keys[pool]
+        found = self.sorted[pool][bisect_left(keys, lo) : bisect_left(keys, hi)] if lo < hi else []
+        plan = self.problem.pools[pool]
+        self.work += 2 * len(found) + 1
+        ranked = self._in_scope[(pool, lo, hi)] = sorted(found, key=lambda ci: (self.static(plan, ci), ci))
+        return ranked
+
+    def static(self, pool: PoolPlan, ci: int) -> tuple[int, int]:
+        """The part of a candidate's greedy key that does not change as GPUs are taken: (preferred-level
+        miss, all-reduce units + the cheapest telemetry of its nodes for the whole instance)."""
+        key = (pool.name, ci)
+        got = self._static.get(key)
+        if got is None:
+            cand, nodes = pool.candidates[ci], self.nodes(pool, ci)
+            got = self._static[key] = (int(cand.preferred_miss), cand.units + pool.size * _tele(self.problem, nodes))
+        return got
+
+    def nodes(self, pool: PoolPlan, ci: int) -> list[int]:
+        key = (pool.name, ci)
+        got = self._nodes.get(key)
+        if got is None:
+            dom = self.problem.topology.domains[pool.candidates[ci].domain]
+            got = self._nodes[key] = [n for n in dom.nodes if n in pool.eligible]
+            self.work += len(dom.nodes)
+        return got
+
+    def spread_domain(self, domain: str) -> str | None:
+        """The spread-level domain containing ``domain``; None when ``domain`` is broader than that level."""
+        if domain not in self._spread:
+            level = self.problem.spread_level
+            self._spread[domain] = None if level is None else self.problem.topology.domain_at(domain, level)
+        return self._spread[domain]
+
+
+def greedy(problem: Problem, work_limit: int | None = None) -> list[GreedyReplica]:
+    """Replicas one at a time, as many as fit, until ``work_limit`` units of work are spent (None: no limit).
+
+    A replica is only ever complete: when the limit stops the walk, the replicas placed so far are the
+    answer (maybe none), and the solver starts from them."""
     topo = problem.topology
     state = _State(
         {n.index: list(n.free_gpus) for n in topo.nodes},
@@ -50,17 +143,24 @@ def greedy(problem: Problem) -> list[GreedyReplica]:
         {n.index: n.memory_free_bytes for n in topo.nodes},
         set(),
     )
+    scopes = _Scopes(problem)
+    scopes.work = len(topo.nodes)
     out: list[GreedyReplica] = []
     for _ in range(problem.replicas):
-        placed = _place_replica(problem, state)
+        if work_limit is not None and scopes.work > work_limit:
+            break
+        placed = _place_replica(problem, state, scopes, work_limit)
         if placed is None:
             break
-        state, replica = placed
+        trial, replica = placed
+        state.commit(trial)
         out.append(replica)
     return out
 
 
-def _place_replica(problem: Problem, state: _State) -> tuple[_State, GreedyReplica] | None:
+def _place_replica(
+    problem: Problem, state: _State, scopes: _Scopes, work_limit: int | None
+) -> tuple[_State, GreedyReplica] | None:
     colocs = problem.colocations
     choices: list[list[tuple[int, Container]]] = [
         sorted(enumerate(c.containers), key=lambda ic: (ic[1].units, ic[1].order)) for c in colocs
@@ -68,8 +168,11 @@ def _place_replica(problem: Problem, state: _State) -> tuple[_State, GreedyRepli
     best: tuple[tuple[int, int], _State, GreedyReplica] | None = None
     tried = 0
     for combo in _combinations(problem, choices):
-        trial = state.copy()
-        replica = _try(problem, trial, combo)
+        if work_limit is not None and scopes.work > work_limit:
+            return None
+        scopes.work += 1
+        trial = state.trial()
+        replica = _try(problem, trial, combo, scopes)
         if replica is None:
             continue
         key = _score(problem, replica)
@@ -100,43 +203,30 @@ def _combinations(problem: Problem, choices: list[list[tuple[int, Container]]]):
     if not choices:
         yield {}
         return
-    anc = problem.topology.ancestors
+    contains = problem.topology.contains
     first, rest = choices[0], choices[1:]
     for i, cont in first:
         if not rest:
             yield {problem.colocations[0].name: (i, cont)}
             continue
         for j, other in rest[0]:
-            if cont.domain in anc(other.domain) or other.domain in anc(cont.domain):
+            if contains(other.domain, cont.domain) or contains(cont.domain, other.domain):
                 yield {problem.colocations[0].name: (i, cont), problem.colocations[1].name: (j, other)}
 
 
-def _scope_ok(problem: Problem, pool: str, cand: Candidate, combo: dict) -> bool:
-    anc = set(problem.topology.ancestors(cand.domain))
-    for coloc in problem.colocations:
-        if pool in coloc.pools and coloc.name in combo and combo[coloc.name][1].domain not in anc:
-            return False
-    return True
-
-
-def _spread_domain(problem: Problem, domain: str) -> str | None:
-    """The spread-level domain containing ``domain``; None when ``domain`` is broader than that level."""
-    level = problem.spread_level
-    return None if level is None else problem.topology.domain_at(domain, level)
-
-
-def _try(problem: Problem, state: _State, combo: dict) -> GreedyReplica | None:
+def _try(problem: Problem, state: _State, combo: dict, scopes: _Scopes) -> GreedyReplica | None:
     replica = GreedyReplica([], {name: ic[0] for name, ic in combo.items()})
     mine: set[str] = set()
     for pool in sorted(problem.pools.values(), key=lambda p: (-p.size, p.name)):
+        scope = scopes.in_scope(pool.name, combo)
         for i in range(pool.instances):
-            got = _place_instance(problem, state, pool, combo, mine)
+            got = _place_instance(problem, state, pool, scope, scopes)
             if got is None:
                 return None
             cand_index, pods = got
             replica.instances.append(GreedyInstance(pool.name, i, cand_index, pods))
             if problem.spread_level:
-                sd = _spread_domain(problem, pool.candidates[cand_index].domain)
+                sd = scopes.spread_domain(pool.candidates[cand_index].domain)
                 assert sd is not None
                 mine.add(sd)
     if problem.has_router:
@@ -149,18 +239,22 @@ def _try(problem: Problem, state: _State, combo: dict) -> GreedyReplica | None:
     return replica
 
 
-def _place_instance(problem: Problem, state: _State, pool: PoolPlan, combo: dict, mine: set[str]):
+def _place_instance(problem: Problem, state: _State, pool: PoolPlan, scope: list[int], scopes: _Scopes):
     topo = problem.topology
     best = None
-    for ci, cand in enumerate(pool.candidates):
-        if not _scope_ok(problem, pool.name, cand, combo):
-            continue
+    for ci in scope:
+        static = scopes.static(pool, ci)
+        if best is not None and static > best[0][:2]:
+            break  # the scope is sorted by this part of the key: nothing later can win
+        scopes.work += 1
+        cand = pool.candidates[ci]
         if problem.spread_level:
-            sd = _spread_domain(problem, cand.domain)
+            sd = scopes.spread_domain(cand.domain)
             if sd is None or sd in state.spread_used:
                 continue
         dom = topo.domains[cand.domain]
-        nodes = [n for n in dom.nodes if n in pool.eligible]
+        nodes = scopes.nodes(pool, ci)
+        scopes.work += len(nodes)
         if pool.multi_node:
             g = pool.gpus_per_node or 0
             fit = [
@@ -177,13 +271,13 @@ def _place_instance(problem: Problem, state: _State, pool: PoolPlan, combo: dict
                 continue
             if cand.kind == "unit" and (state.cpu[nodes[0]] < pool.cpu_m or state.mem[nodes[0]] < pool.memory_bytes):
                 continue
-        key = (cand.preferred_miss, cand.units + pool.size * _tele(problem, nodes), left, cand.order)
+        key = (*static, left, cand.order)
         if best is None or key < best[0]:
             best = (key, ci)
     if best is None:
         return None
     ci = best[1]
-    return ci, _take(problem, state, pool, pool.candidates[ci])
+    return ci, _take(problem, state, pool, pool.candidates[ci], scopes.nodes(pool, ci))
 
 
 def _tele(problem: Problem, nodes: list[int]) -> int:
@@ -197,10 +291,11 @@ def _free_of(topo, state: _State, node: int, dom) -> list[int]:
     return state.free[node]
 
 
-def _take(problem: Problem, state: _State, pool: PoolPlan, cand: Candidate) -> list[tuple[int, list[int]]]:
+def _take(
+    problem: Problem, state: _State, pool: PoolPlan, cand: Candidate, nodes: list[int]
+) -> list[tuple[int, list[int]]]:
     topo = problem.topology
     dom = topo.domains[cand.domain]
-    nodes = [n for n in dom.nodes if n in pool.eligible]
     pods: list[tuple[int, list[int]]] = []
     if pool.multi_node:
         g = pool.gpus_per_node or 0
@@ -235,9 +330,9 @@ def _grab(state: _State, node: int, gpus: list[int], pool: PoolPlan) -> list[int
 
 def _place_router(problem: Problem, state: _State, combo: dict) -> int | None:
     scope = combo.get("router")
-    anc = problem.topology.ancestors
+    contains = problem.topology.contains
     for n in problem.router_nodes:
-        if scope is not None and scope[1].domain not in anc(problem.topology.node_domain[n]):
+        if scope is not None and not contains(scope[1].domain, problem.topology.node_domain[n]):
             continue
         if state.cpu[n] >= problem.router_cpu_m and state.mem[n] >= problem.router_memory_bytes:
             state.cpu[n] -= problem.router_cpu_m

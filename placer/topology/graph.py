@@ -103,6 +103,23 @@ class Topology:
     def _by_name(self) -> dict[str, int]:
         return {n.name: n.index for n in self.nodes}
 
+    @cached_property
+    def _subtree_end(self) -> dict[str, int]:
+        """Pre-order position just past each domain's last descendant: a subtree is one interval."""
+        end: dict[str, int] = {}
+        for dom_id in sorted(self.order, key=self.order.__getitem__, reverse=True):
+            kids = self.domains[dom_id].children
+            end[dom_id] = end[kids[-1]] if kids else self.order[dom_id] + 1
+        return end
+
+    def subtree_interval(self, domain_id: str) -> tuple[int, int]:
+        """[start, end) in pre-order (``order``) of the domain and everything below it."""
+        return self.order[domain_id], self._subtree_end[domain_id]
+
+    def contains(self, outer: str, inner: str) -> bool:
+        """Whether ``inner`` is ``outer`` or lies below it, in O(1) (the greedy asks this millions of times)."""
+        return self.order[outer] <= self.order[inner] < self._subtree_end[outer]
+
     def ancestors(self, domain_id: str) -> list[str]:
         """The domain and every domain above it, narrowest first."""
         out = []
