@@ -61,8 +61,9 @@ class _State:
 
     def commit(self, trial: _State) -> None:
         """Make a trial's changes this state's own (the other trials are dropped)."""
-        for mine, theirs in ((self.free, trial.free), (self.cpu, trial.cpu), (self.mem, trial.mem)):
-            mine.update(theirs)
+        self.free.update(trial.free)
+        self.cpu.update(trial.cpu)
+        self.mem.update(trial.mem)
         self.spread_used = trial.spread_used
 
 
