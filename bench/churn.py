@@ -61,8 +61,9 @@ from bench.churn_report import placer_version, plot, report, summary_line  # noq
 from bench.churn_trace import TraceParams, deployment_gpus, generate_trace, load_shapes, rates  # noqa: E402
 from placer.model.cluster import ClusterSpec  # noqa: E402
 from placer.pipeline import SolveOptions  # noqa: E402
+from placer.topology.build import build_topology  # noqa: E402
 from placer.topology.generate import generate_cluster  # noqa: E402
-from placer.topology.graph import Topology, build_topology  # noqa: E402
+from placer.topology.graph import Topology  # noqa: E402
 
 # ---- a cluster's whole run --------------------------------------------------------------------------
 

@@ -40,8 +40,9 @@ from placer.model.load import load_cluster, load_spec  # noqa: E402
 from placer.model.placement import Placement  # noqa: E402
 from placer.model.record import PlacementRecord  # noqa: E402
 from placer.model.spec import ServingTopology  # noqa: E402
+from placer.topology.build import build_topology  # noqa: E402
 from placer.topology.generate import dump_cluster_yaml, generate_cluster  # noqa: E402
-from placer.topology.graph import Topology, build_topology  # noqa: E402
+from placer.topology.graph import Topology  # noqa: E402
 
 STYLES = {"dgx-h100": (128, 1024, 10_000), "gb200-nvl72": (144, 1008, 10_008)}
 SPECS = ("llama-70b-disagg", "llama-70b-large", "tp16-multinode")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from placer.check.gate import verify_fleet, verify_placement
@@ -90,7 +90,7 @@ def run_solve(
     from placer.solver.solve import solve
 
     times: dict[str, float] = {}
-    t = time.perf_counter()
+    t = started = time.perf_counter()
     spec = load_spec(spec_path)
     if namespace is not None:
         spec = spec.model_copy(update={"metadata": spec.metadata.model_copy(update={"namespace": namespace})})
@@ -105,7 +105,7 @@ def run_solve(
         f"({sum(p.instances for p in spec.pools.values())} instances x {spec.replicas} replica(s))..."
     )
     t = time.perf_counter()
-    placement = solve(problem, options)
+    placement = solve(problem, _wall_left(options, started))
     times["solve"] = time.perf_counter() - t
     t = time.perf_counter()
     report = verify_placement(spec, topo, placement)
@@ -122,7 +122,7 @@ def build_inputs(spec_path: Path, spec: ServingTopology, cluster_path: Path, clu
     from placer.model.errors import InputError
     from placer.model.load import locate
     from placer.solver.problem import build_problem
-    from placer.topology.graph import build_topology
+    from placer.topology.build import build_topology
 
     try:
         topo = build_topology(cluster)
@@ -174,8 +174,9 @@ def run_fleet(
     from placer.model.load import load_cluster, load_specs, locate
     from placer.solver.fleet import Deployment, check_unique, solve_fleet
     from placer.solver.keep import plan_keep
-    from placer.topology.graph import build_topology
+    from placer.topology.build import build_topology
 
+    started = time.perf_counter()
     given = [item for p in spec_paths for item in load_specs(p)]
     if namespace is not None:
         given = [
@@ -208,7 +209,7 @@ def run_fleet(
         + (f", {sum(1 for d in deployments if d.kept)} with running instances kept" if keep_paths else "")
         + "..."
     )
-    result = solve_fleet(deployments, base, options, progress=progress)
+    result = solve_fleet(deployments, base, _wall_left(options, started), progress=progress)
     reports = verify_fleet(base, [(p.deployment.spec, p.placement) for p in result.placed])
     result.cost = sum(r.total_units for r in reports)  # the checker's figure, as for a single spec
     by_key = {p.deployment.key: (p, r) for p, r in zip(result.placed, reports, strict=True)}
@@ -229,3 +230,9 @@ def _check_buildable(d, topo: Topology) -> None:
             check_pool_fits(topo, name, pool, eligible_nodes(topo, pool))
     except InputError as exc:
         raise InputError(f"{d.source}: {exc}") from None
+
+
+def _wall_left(options: SolveOptions, started: float) -> SolveOptions:
+    """The wall-clock guard counts from the start of the run, loading and model building included, so the
+    whole process stays within it (plus checking and printing)."""
+    return replace(options, wall_limit_s=max(0.05, options.wall_s() - (time.perf_counter() - started)))

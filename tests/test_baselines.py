@@ -31,8 +31,9 @@ from placer.model.spec import ServingTopology
 from placer.pipeline import verify_placement
 from placer.solver.problem import build_problem
 from placer.solver.solve import SolveOptions, solve
+from placer.topology.build import build_topology
 from placer.topology.generate import generate_cluster
-from placer.topology.graph import Topology, build_topology
+from placer.topology.graph import Topology
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "fixtures" / "specs").glob("*.yaml"))

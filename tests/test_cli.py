@@ -16,7 +16,7 @@ import yaml
 
 import placer
 from placer.model.load import load_cluster
-from placer.topology.graph import build_topology
+from placer.topology.build import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "fixtures" / "specs"

@@ -4,7 +4,6 @@ applies exactly where every replica is confined to one of several disjoint domai
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,11 +18,11 @@ from placer.model.errors import InputError
 from placer.model.load import load_cluster, load_spec
 from placer.model.spec import ServingTopology
 from placer.solver.decompose import lower_bound, partition, split_of
-from placer.solver.options import Unplaceable
+from placer.solver.options import Budget, Unplaceable
 from placer.solver.problem import build_problem
 from placer.solver.search import search
 from placer.solver.solve import SolveOptions, solve
-from placer.topology.graph import build_topology
+from placer.topology.build import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "fixtures"
@@ -80,7 +79,7 @@ def test_lower_bound_never_exceeds_the_domain_optimum():
     for part in partition(problem, split)[:6]:
         bound = lower_bound(part)
         try:
-            out = search(part, SolveOptions(time_limit_s=20), time.perf_counter() + 20)
+            out = search(part, SolveOptions(time_limit_s=20), Budget(20, 40))
         except Unplaceable as exc:
             assert exc.proven
             continue
@@ -159,14 +158,14 @@ def test_by_domain_equals_one_model(case):
         return
     assume(split_of(problem) is not None)
     try:
-        whole = search(problem, SolveOptions(), time.perf_counter() + 60)
+        whole = search(problem, SolveOptions(), Budget(60, 120))
     except Unplaceable as exc:
         assert exc.proven
         whole = None
     from placer.solver.decompose import solve_by_domain
 
     try:
-        parts = solve_by_domain(problem, split_of(problem), SolveOptions(), time.perf_counter() + 60)
+        parts = solve_by_domain(problem, split_of(problem), SolveOptions(), Budget(60, 120))
     except Unplaceable as exc:
         assert exc.proven
         parts = None
@@ -188,7 +187,7 @@ def test_fixture_solve_by_domain_is_proven_and_checked(cluster):
     assert placement.stats.status == "optimal"
     report = check(spec, topo, placement)
     assert report.ok and report.total_units == placement.stats.objective
-    whole = search(problem, SolveOptions(time_limit_s=30), time.perf_counter() + 30)
+    whole = search(problem, SolveOptions(time_limit_s=30), Budget(30, 60))
     assert whole.proven and whole.cost == placement.stats.objective
 
 
@@ -198,7 +197,14 @@ def test_cut_short_search_returns_the_best_complete_placement(monkeypatch, spec)
     complete, checked placement, from the greedy warm start, marked feasible with a note; never a partial gang."""
     from ortools.sat.python import cp_model
 
-    monkeypatch.setattr(cp_model.CpSolver, "solve", lambda self, model, *a, **k: cp_model.UNKNOWN)
+    real = cp_model.CpSolver.solve
+
+    def never_finishes(self, model, *args, **kwargs):
+        self.parameters.max_deterministic_time = 0.0  # stop at once, with a response like a cut-short solve
+        real(self, model)
+        return cp_model.UNKNOWN
+
+    monkeypatch.setattr(cp_model.CpSolver, "solve", never_finishes)
     spec_m, topo, problem = _problem(FIX / f"specs/{spec}.yaml", FIX / "clusters/dgx-h100-1024.yaml")
     placement = solve(problem, SolveOptions(time_limit_s=5))
     assert placement.stats.status == "feasible" and placement.stats.bound is None

@@ -24,7 +24,7 @@ from placer.solver.conflicts import explain_infeasible
 from placer.solver.problem import build_problem
 from placer.solver.solve import SolveOptions, solve
 from placer.topology import cost
-from placer.topology.graph import build_topology
+from placer.topology.build import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "fixtures" / "specs"

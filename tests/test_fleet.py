@@ -22,7 +22,7 @@ from placer.solver.fleet import Deployment, solve_fleet
 from placer.solver.keep import plan_keep
 from placer.solver.plan import plan
 from placer.solver.solve import SolveOptions
-from placer.topology.graph import build_topology
+from placer.topology.build import build_topology
 
 FIX = Path(__file__).parent.parent / "fixtures"
 DGX = FIX / "clusters" / "dgx-h100-1024.yaml"

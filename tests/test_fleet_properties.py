@@ -24,7 +24,7 @@ from placer.solver.fleet import Deployment, solve_fleet
 from placer.solver.fleet_bound import fleet_bound
 from placer.solver.problem import build_problem
 from placer.solver.solve import SolveOptions
-from placer.topology.graph import build_topology
+from placer.topology.build import build_topology
 
 OPTS = SolveOptions(time_limit_s=20, explain=False)
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from placer.model.cluster import ClusterSpec
 from placer.model.load import load_cluster
+from placer.topology.build import build_topology
 from placer.topology.generate import STYLES, dump_cluster_yaml, generate_cluster
-from placer.topology.graph import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 UNIT = {"dgx-h100": 8, "gb200-nvl72": 72, "mixed": 32}  # GPUs are rounded up to whole units

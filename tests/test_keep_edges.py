@@ -15,7 +15,7 @@ from placer.emit.readback import load_running
 from placer.model.load import load_cluster, load_specs
 from placer.pipeline import run_fleet
 from placer.solver.plan import plan
-from placer.topology.graph import build_topology
+from placer.topology.build import build_topology
 
 
 def _record(tmp_path: Path, cluster: Path, doc: dict, name: str = "rec.yaml") -> Path:

@@ -23,7 +23,7 @@ from placer.model.placement import InstancePlacement, Placement, Pod, ReplicaPla
 from placer.model.spec import ServingTopology
 from placer.solver.problem import build_problem
 from placer.solver.solve import SolveOptions, solve
-from placer.topology.graph import build_topology
+from placer.topology.build import build_topology
 
 LEVELS = ["node", "nvlink-domain", "rack", "spine"]
 

@@ -20,8 +20,8 @@ from placer.model.load import load_spec
 from placer.model.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
 from placer.pipeline import SolveResult, run_solve
 from placer.solver.solve import SolveOptions
+from placer.topology.build import build_topology
 from placer.topology.generate import dump_cluster_yaml, generate_cluster
-from placer.topology.graph import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS, CLUSTERS = ROOT / "fixtures" / "specs", ROOT / "fixtures" / "clusters"

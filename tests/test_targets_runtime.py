@@ -22,7 +22,7 @@ from placer.model.load import load_cluster, load_spec
 from placer.model.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
 from placer.model.spec import ServingTopology
 from placer.pipeline import verify_placement
-from placer.topology.graph import build_topology
+from placer.topology.build import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTERS = ROOT / "fixtures" / "clusters"

@@ -150,7 +150,7 @@ def show_command(
     from placer.importers.summary import console_width, render_summary, summarize
     from placer.model.errors import InputError
     from placer.model.load import load_cluster, locate
-    from placer.topology.graph import build_topology
+    from placer.topology.build import build_topology
 
     spec = load_cluster(cluster)
     try:

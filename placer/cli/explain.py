@@ -51,7 +51,10 @@ def explain_command(
     baselines: Annotated[
         bool, typer.Option("--baselines/--no-baselines", help="Compare with count-only and Kueue-style schedulers.")
     ] = True,
-    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds, for --why-not's solve.")] = 30.0,
+    time_limit: Annotated[
+        float,
+        typer.Option("--time-limit", min=0.1, help="Work budget (deterministic seconds), for --why-not's solve."),
+    ] = 30.0,
     deployment: Annotated[
         str | None,
         typer.Option("--deployment", "-d", help="NAME or NAMESPACE/NAME, when PLACED holds a batch."),
@@ -91,7 +94,7 @@ def _explain(
     from placer.emit.readback import load_placed
     from placer.model.errors import InputError
     from placer.model.load import load_cluster, locate
-    from placer.topology.graph import build_topology
+    from placer.topology.build import build_topology
 
     placed = load_placed(placed_path, deployment)
     cluster = load_cluster(cluster_path)

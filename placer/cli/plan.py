@@ -32,7 +32,9 @@ def plan_command(
             help="Also (or instead) cut the running deployments' total cost by this fraction, e.g. 0.05.",
         ),
     ] = None,
-    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Seconds.")] = 30.0,
+    time_limit: Annotated[
+        float, typer.Option("--time-limit", min=0.1, help="Work budget in deterministic seconds.")
+    ] = 30.0,
     placement: Annotated[
         Path | None,
         typer.Option("--placement", help="Write the placement records of the state after the moves (for --keep)."),
@@ -57,7 +59,7 @@ def plan_command(
     from placer.model.load import load_cluster, load_specs, locate
     from placer.solver.plan import plan
     from placer.solver.solve import SolveOptions
-    from placer.topology.graph import build_topology
+    from placer.topology.build import build_topology
 
     *pending_paths, cluster_path = paths
     if not pending_paths and cut is None:

@@ -52,8 +52,22 @@ def solve_command(
     ] = OutputFormat.yaml,
     time_limit: Annotated[
         float,
-        typer.Option("--time-limit", min=0.1, help="Seconds; the best complete placement found is returned when hit."),
+        typer.Option(
+            "--time-limit",
+            min=0.1,
+            help="Work budget in deterministic seconds (about wall seconds on an idle core): the same input gives "
+            "the same answer on a busy or idle machine. The best complete placement found is returned when hit.",
+        ),
     ] = 30.0,
+    wall_limit: Annotated[
+        float | None,
+        typer.Option(
+            "--wall-limit",
+            min=0.1,
+            help="Wall-clock guard in seconds (default: 2 x --time-limit + 5). Hitting it is noted: that answer "
+            "depends on the machine.",
+        ),
+    ] = None,
     workers: Annotated[
         int,
         typer.Option(
@@ -129,7 +143,9 @@ def solve_command(
     if len(paths) < 2:
         raise InputError("give at least one spec and then the cluster file: placer solve SPEC... CLUSTER")
     *specs, cluster = paths
-    options = SolveOptions(time_limit_s=time_limit, workers=workers, log=stderr_log if verbose else None)
+    options = SolveOptions(
+        time_limit_s=time_limit, workers=workers, log=stderr_log if verbose else None, wall_limit_s=wall_limit
+    )
     if keep or len(specs) > 1 or specs[0].is_dir() or _documents(specs[0]) > 1:
         _solve_fleet(
             specs, cluster, options, keep or [], placement, output, target.value, nccl, namespace, dry_run, quiet, say

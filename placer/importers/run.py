@@ -27,7 +27,8 @@ from placer.importers.slurm import parse_slurm
 from placer.importers.topo_matrix import parse_topo_matrix
 from placer.model.cluster import ClusterSpec
 from placer.model.errors import InputError
-from placer.topology.graph import Topology, build_topology
+from placer.topology.build import build_topology
+from placer.topology.graph import Topology
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,12 @@ solve confirms it.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 
 from placer.model.levels import LEVEL_RANK, LEVEL_WORDS, LEVELS
 from placer.model.spec import ServingTopology
 from placer.solver.figures import free_in
+from placer.solver.options import WALL_FACTOR, WALL_SLACK_S, Budget, run_solver
 from placer.solver.problem import Problem, build_problem
 
 
@@ -34,20 +34,11 @@ class Conflict:
         return self.message + (f" Relax: {self.relax}" if self.relax else "")
 
 
-class Budget:
-    """Wall-clock budget for the feasibility solves of phase 2 and of the relaxation search: explaining
-    must not take longer than solving (at 10k GPUs one feasibility solve can take seconds)."""
-
-    def __init__(self, seconds: float):
-        self.deadline = time.perf_counter() + seconds
-
-    def left(self) -> float:
-        return self.deadline - time.perf_counter()
-
-
 def explain_infeasible(problem: Problem, seconds: float = 20.0) -> list[Conflict]:
     """Phase 1, else phase 2; then a verified relaxation for every relaxable rule in the answer."""
-    budget = Budget(seconds)
+    # A work budget (deterministic seconds), like the search's: explaining must not take longer than
+    # solving (at 10k GPUs one feasibility solve can take seconds), and the same input names the same rules.
+    budget = Budget(seconds, WALL_FACTOR * seconds + WALL_SLACK_S)
     found = single_rule_conflicts(problem) or deletion_filter(problem, budget)
     return [_with_relaxation(problem, c, budget) for c in found]
 
@@ -264,18 +255,19 @@ def _feasible(spec: ServingTopology, problem: Problem, budget: Budget) -> bool |
 
     from placer.solver.cpsat.model import PlacementModel
 
-    if budget.left() < 0.2:
+    if budget.work_left < 0.2 or budget.out():
         return None
     relaxed = build_problem(spec, problem.topology)
     if single_rule_conflicts(relaxed):
         return False
     pm = PlacementModel(relaxed)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = min(10.0, budget.left())
+    solver.parameters.max_deterministic_time = min(10.0, budget.work_left)
+    solver.parameters.max_time_in_seconds = max(0.05, budget.wall_left())
     solver.parameters.num_workers = 1
     solver.parameters.cp_model_probing_level = 0
     solver.parameters.symmetry_level = 0
-    status = solver.solve(pm.model)
+    status = run_solver(solver, pm.model, budget)
     if status == cp_model.INFEASIBLE:
         return False
     return True if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
@@ -373,7 +365,7 @@ def _relaxation(problem: Problem, rule: str, budget: Budget) -> str | None:
 
     def otherwise(text: str) -> str:
         """When no milder value was confirmed: say so, and why (none fits on its own, or out of time)."""
-        why = "out of time to verify a milder value" if budget.left() < 0.2 else "no milder value fits on its own"
+        why = "out of time to verify a milder value" if budget.work_left < 0.2 else "no milder value fits on its own"
         return f"{text} ({why})"
 
     if rule == "transfer floor":

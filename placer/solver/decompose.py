@@ -25,7 +25,7 @@ from placer.model.levels import LEVEL_RANK
 from placer.model.placement import ReplicaPlacement
 from placer.solver.figures import free_in
 from placer.solver.greedy import greedy
-from placer.solver.options import Outcome, SolveOptions, Unplaceable
+from placer.solver.options import CLOCK_NOTE, Budget, Outcome, SolveOptions, Unplaceable
 from placer.solver.problem import Problem
 from placer.solver.search import greedy_outcome, search
 from placer.topology.graph import Topology
@@ -191,7 +191,7 @@ def _bound_per_instance(problem: Problem) -> Value | None:
     return misses, cost
 
 
-def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, deadline: float) -> Outcome:
+def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, budget: Budget) -> Outcome:
     """The best selection of (domain, replicas) by lazy, exact DP; raises Unplaceable like solve.search."""
 
     t0 = time.perf_counter()
@@ -224,16 +224,15 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, deadl
         return base[0] * k, base[1] * k
 
     def solve_entry(i: int, k: int, share: int) -> None:
-        """Solve one entry within its share of the time left, so one hard domain cannot starve the rest."""
+        """Solve one entry within its share of the work left, so one hard domain cannot starve the rest."""
         nonlocal searched
         searched += 1
         log = options.log
         tag = f"{split.domains[i]} x{k}"
         sub_options = replace(options, log=(lambda line: log(f"[{tag}] {line}")) if log else None)
         try:
-            now = time.perf_counter()
-            until = min(deadline, now + max(MIN_SHARE_S, (deadline - now) / share))
-            solved[(i, k)] = search(replace(parts[i], replicas=k, min_replicas=k), sub_options, until)
+            entry = budget.child(max(MIN_SHARE_S, budget.work_left / share))
+            solved[(i, k)] = search(replace(parts[i], replicas=k, min_replicas=k), sub_options, entry)
         except Unplaceable as exc:
             if not exc.proven:
                 raise TimeoutError from None
@@ -247,7 +246,7 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, deadl
             break
         try:
             for j, (i, k) in enumerate(todo):
-                if time.perf_counter() >= deadline:
+                if budget.out():
                     raise TimeoutError
                 solve_entry(i, k, len(todo) - j)
         except TimeoutError:
@@ -261,7 +260,7 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, deadl
     answers = [solved[e] for e in chosen]
     n = sum(k for _i, k in chosen)
     if timed_out:
-        fallback = greedy_outcome(problem, greedy(problem))
+        fallback = greedy_outcome(problem, greedy(problem, options.greedy_units()))
         if len(fallback.replicas) > n and len(fallback.replicas) >= problem.min_replicas:
             note = "time limit hit while solving domain by domain; the greedy placement is returned"
             return replace(fallback, notes=[note], seconds={"solve": time.perf_counter() - t0})
@@ -278,6 +277,8 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, deadl
     proven = not timed_out and all(out.proven for out in answers if out)
     if timed_out:
         notes.append("time limit hit while solving domain by domain; the best complete placement found is returned")
+    if budget.clock_cut and CLOCK_NOTE not in notes:
+        notes.append(CLOCK_NOTE)
     if options.log:
         options.log(
             f"[by domain] {searched} model(s) solved over {len(split.domains)} "

@@ -23,6 +23,7 @@ from placer.model.placement import Placement, SolveStats
 from placer.model.spec import ServingTopology
 from placer.solver.fleet_bound import fleet_bound
 from placer.solver.keep import kept_usage
+from placer.solver.options import CLOCK_NOTE, Budget
 from placer.solver.problem import Kept, Problem, build_problem, with_kept
 from placer.solver.solve import SolveOptions, solve
 from placer.topology.graph import Topology
@@ -111,7 +112,7 @@ def solve_fleet(
     left, then a joint repair for the ones of the tier left out (_repair), before the next tier is looked at."""
     check_unique(deployments)
     t0 = time.perf_counter()
-    deadline = t0 + options.time_limit_s
+    budget = Budget.of(options)  # work, not wall time: the same batch gives the same answer on any machine
     order = placement_order(deployments)
     # What runs is taken for everyone but its owner (_own_state gives the owner its pods back).
     running = [kept_usage(d.spec, d.kept, topology) for d in deployments if d.kept is not None]
@@ -126,10 +127,10 @@ def solve_fleet(
         tier_failed: list[tuple[Deployment, InfeasibleError]] = []
         for d in tier:
             # Keep a share of the time for repairs and explanations.
-            share = max(0.1, SEQUENTIAL_SHARE * (deadline - time.perf_counter()) / (len(order) - looked))
+            share = max(0.1, SEQUENTIAL_SHARE * budget.work_left / (len(order) - looked))
             mine = _own_state(d, state)
             try:
-                placement = solve(_problem(d, mine), replace(options, time_limit_s=share, explain=False))
+                placement = solve(_problem(d, mine), replace(options, explain=False), budget.child(share))
             except InfeasibleError as error:
                 tier_failed.append((d, error))
             else:
@@ -139,10 +140,10 @@ def solve_fleet(
             if looked % 10 == 0 or looked == len(order):
                 progress(f"  {looked}/{len(order)} deployments looked at, {len(placed) + len(tier_placed)} placed")
         for d, why in list(tier_failed):
-            seconds = min(REPAIR_S, (deadline - time.perf_counter()) / 2)
+            seconds = min(REPAIR_S, budget.work_left / 2)
             if seconds < MIN_REPAIR_S or not why.proven:
                 continue
-            repaired = _repair(d, tier_placed, tier_start, state, options, seconds)
+            repaired = _repair(d, tier_placed, tier_start, state, options, budget.child(seconds))
             if repaired is not None:
                 moved = len(repaired) - 1
                 notes.append(f"{d.key}: placed by re-arranging {moved} deployment(s) of its priority with it")
@@ -155,9 +156,11 @@ def solve_fleet(
         failed += [(d, why, state) for d, why in tier_failed]
     unplaced = []
     for i, (d, why, at) in enumerate(failed):
-        budget = min(EXPLAIN_S, max(0.2, (deadline - time.perf_counter()) / (len(failed) - i)))
+        seconds = min(EXPLAIN_S, max(0.2, budget.work_left / (len(failed) - i)))
         holders = [p for p in placed if p.deployment.priority >= d.priority]
-        unplaced.append(Unplaced(d, _reasons(d, at, why, holders, topology, budget), why.proven))
+        unplaced.append(Unplaced(d, _reasons(d, at, why, holders, topology, seconds), why.proven))
+    if budget.clock_cut:
+        notes.append(CLOCK_NOTE)
     first = placed[0] if placed else None
     # The first one placed saw the whole cluster, so its proven optimum bounds its own share exactly (not a
     # kept one's: that optimum is with its pins, not "however arranged").
@@ -180,7 +183,7 @@ def _repair(
     tier_start: Topology,
     now: Topology,
     options: SolveOptions,
-    seconds: float,
+    budget: Budget,
 ) -> list[Placed] | None:
     """Place ``d`` together with the deployments of its own priority in its way (_blockers), all
     re-arranged in one joint model on what the rest left; they keep their replica counts. The tier's placed
@@ -192,7 +195,6 @@ def _repair(
     from placer.solver.decode import Part, decode_joint
     from placer.solver.options import run_stage
 
-    t0 = time.perf_counter()
     group = _blockers(d, tier_placed, tier_start, now)
     if not group:
         return None
@@ -201,7 +203,6 @@ def _repair(
     # The group's own running pods are theirs to keep (pinned in their models), so free for the joint model.
     running = [kept_usage(m.spec, m.kept, residual) for m in members if m.kept is not None]
     topo = residual.with_released(*merge_usage(running)) if running else residual
-    deadline = t0 + seconds
     try:
         problems = [_fixed_replicas(_problem(p.deployment, topo), len(p.placement.replicas)) for p in group]
         problems.append(_problem(d, topo))
@@ -220,7 +221,7 @@ def _repair(
     for sign, expr in stages:
         model.clear_objective()
         model.minimize(sign * expr)
-        found, _ = run_stage(model, options, deadline)
+        found, _ = run_stage(model, options, budget)
         if found is None:
             break
         solver = found

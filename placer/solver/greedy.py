@@ -85,6 +85,10 @@ class _Scopes:
         self._in_scope: dict[tuple[str, int, int], list[int]] = {}
         self._spread: dict[str, str | None] = {}
         self.work = 0  # candidates looked at and nodes visited: the deterministic measure of the walk
+        self.limit: int | None = None
+
+    def over(self) -> bool:
+        return self.limit is not None and self.work > self.limit
 
     def in_scope(self, pool: str, combo: dict) -> list[int]:
         """Candidate indices of ``pool`` inside every container of ``combo`` that covers it, best static key
@@ -137,6 +141,11 @@ def greedy(problem: Problem, work_limit: int | None = None) -> list[GreedyReplic
 
     A replica is only ever complete: when the limit stops the walk, the replicas placed so far are the
     answer (maybe none), and the solver starts from them."""
+    return greedy_counted(problem, work_limit)[0]
+
+
+def greedy_counted(problem: Problem, work_limit: int | None = None) -> tuple[list[GreedyReplica], int]:
+    """``greedy`` and the work it spent (charged to the search's budget)."""
     topo = problem.topology
     state = _State(
         {n.index: list(n.free_gpus) for n in topo.nodes},
@@ -145,23 +154,22 @@ def greedy(problem: Problem, work_limit: int | None = None) -> list[GreedyReplic
         set(),
     )
     scopes = _Scopes(problem)
-    scopes.work = len(topo.nodes)
+    scopes.limit = work_limit
+    scopes.work = 4 * len(topo.nodes)  # the state above: measured at about four units of work per node
     out: list[GreedyReplica] = []
     for _ in range(problem.replicas):
-        if work_limit is not None and scopes.work > work_limit:
+        if scopes.over():
             break
-        placed = _place_replica(problem, state, scopes, work_limit)
+        placed = _place_replica(problem, state, scopes)
         if placed is None:
             break
         trial, replica = placed
         state.commit(trial)
         out.append(replica)
-    return out
+    return out, scopes.work
 
 
-def _place_replica(
-    problem: Problem, state: _State, scopes: _Scopes, work_limit: int | None
-) -> tuple[_State, GreedyReplica] | None:
+def _place_replica(problem: Problem, state: _State, scopes: _Scopes) -> tuple[_State, GreedyReplica] | None:
     colocs = problem.colocations
     choices: list[list[tuple[int, Container]]] = [
         sorted(enumerate(c.containers), key=lambda ic: (ic[1].units, ic[1].order)) for c in colocs
@@ -169,7 +177,7 @@ def _place_replica(
     best: tuple[tuple[int, int], _State, GreedyReplica] | None = None
     tried = 0
     for combo in _combinations(problem, choices):
-        if work_limit is not None and scopes.work > work_limit:
+        if scopes.over():
             return None
         scopes.work += 1
         trial = state.trial()
@@ -247,6 +255,8 @@ def _place_instance(problem: Problem, state: _State, pool: PoolPlan, scope: list
         static = scopes.static(pool, ci)
         if best is not None and static > best[0][:2]:
             break  # the scope is sorted by this part of the key: nothing later can win
+        if scopes.over():
+            return None  # out of work: this trial is dropped, the replicas placed so far stand
         scopes.work += 1
         cand = pool.candidates[ci]
         if problem.spread_level:

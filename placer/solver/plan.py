@@ -19,7 +19,7 @@ from placer.model.running import Running, running_placement
 from placer.model.spec import ServingTopology
 from placer.solver.decode import Part, decode_joint
 from placer.solver.keep import plan_keep
-from placer.solver.options import SolveOptions
+from placer.solver.options import Budget, SolveOptions
 from placer.solver.problem import Problem, build_problem, with_kept
 from placer.topology.graph import Topology
 
@@ -112,9 +112,9 @@ def plan(
     if cut is not None:
         model.add(running_cost <= int((1.0 - cut) * cost_before))
     moves = sum((pm.moves_expr() for pm in pms), start=cp_model.LinearExpr.constant(0))  # type: ignore[arg-type]
-    deadline = t0 + options.time_limit_s
+    budget = Budget.of(options)
     model.minimize(moves)
-    solver, status = _run(model, options, deadline, want=_want(pending, cut))
+    solver, status = _run(model, options, budget, want=_want(pending, cut))
     proven = status == cp_model.OPTIMAL
     model.add(moves <= int(round(solver.objective_value)))
     # With those moves: as many replicas of the pending deployments as fit (minReplicas may allow fewer
@@ -128,7 +128,7 @@ def plan(
         for var in [x for pm in pms for x in pm.all_vars()]:
             model.add_hint(var, solver.value(var))
         model.maximize(objective) if sense == "max" else model.minimize(objective)
-        better, status2 = _run(model, options, deadline, allow_cut=True)
+        better, status2 = _run(model, options, budget, allow_cut=True)
         if better is None:
             proven = False
             break
@@ -176,12 +176,12 @@ def _want(pending, cut: float | None) -> str:
     return " and ".join(parts)
 
 
-def _run(model, options: SolveOptions, deadline: float, allow_cut: bool = False, want: str = ""):
+def _run(model, options: SolveOptions, budget: Budget, allow_cut: bool = False, want: str = ""):
     from ortools.sat.python import cp_model
 
     from placer.solver.options import run_stage
 
-    solver, status = run_stage(model, options, deadline)
+    solver, status = run_stage(model, options, budget)
     if solver is not None or allow_cut:
         return solver, status
     raise InfeasibleError(

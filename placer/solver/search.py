@@ -16,24 +16,37 @@ from dataclasses import replace
 from placer.model.levels import LEVEL_RANK
 from placer.model.placement import InstancePlacement, Pod, ReplicaPlacement
 from placer.solver.decode import decode
-from placer.solver.greedy import GreedyReplica, greedy
-from placer.solver.options import Outcome, SolveOptions, Unplaceable, _ignore, configured_solver
+from placer.solver.greedy import GreedyReplica, greedy_counted
+from placer.solver.options import (
+    CLOCK_NOTE,
+    Budget,
+    Outcome,
+    SolveOptions,
+    Unplaceable,
+    _ignore,
+    configured_solver,
+    run_solver,
+)
 from placer.solver.problem import Problem
 
 
-def search(problem: Problem, options: SolveOptions, deadline: float) -> Outcome:
+def search(problem: Problem, options: SolveOptions, budget: Budget) -> Outcome:
     """One CP-SAT model for the whole problem, solved in lexicographic stages; raises Unplaceable.
 
     When the time limit cuts a stage short, the best complete placement known so far (the previous
     stage's, else the greedy warm start's) is returned as feasible: never a partial gang, never nothing
-    when something valid was in hand."""
+    when something valid was in hand. The greedy may spend ``GREEDY_SHARE`` of the budget; the rest is
+    CP-SAT's."""
     from ortools.sat.python import cp_model
 
     from placer.solver.cpsat.model import PlacementModel
 
     t0 = time.perf_counter()
     # The greedy knows nothing of running instances; with some kept, the search starts from scratch.
-    start = greedy(problem) if problem.kept is None else []
+    start: list[GreedyReplica] = []
+    if problem.kept is None:
+        start, work = greedy_counted(problem, budget.greedy_units())
+        budget.spend_greedy(work)
     t_greedy = time.perf_counter()
     pm = PlacementModel(problem)
     t_build = time.perf_counter()
@@ -47,7 +60,7 @@ def search(problem: Problem, options: SolveOptions, deadline: float) -> Outcome:
         return {"greedy": t_greedy - t0, "build": t_build - t_greedy, "solve": time.perf_counter() - t_build}
 
     def run(stage: str) -> tuple[cp_model.CpSolver, cp_model.CpSolverStatus]:
-        solver = configured_solver(options, deadline)
+        solver = configured_solver(options, budget)
         p = solver.parameters
         # Logging is always on (to a callback, never stdout) because it changes the search: -v must not
         # change the placement.
@@ -55,7 +68,9 @@ def search(problem: Problem, options: SolveOptions, deadline: float) -> Outcome:
         p.log_to_stdout = False
         log = options.log
         solver.log_callback = (lambda line: log(f"[{stage}] {line}") if line.strip() else None) if log else _ignore
-        status = solver.solve(model)
+        status = run_solver(solver, model, budget)
+        if budget.clock_cut and CLOCK_NOTE not in notes:
+            notes.append(CLOCK_NOTE)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if status != cp_model.INFEASIBLE and best is not None:
                 raise _Cut(stage)

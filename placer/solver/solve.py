@@ -10,29 +10,31 @@ answer; the greedy hint is permuted into the symmetry-breaking order so the solv
 
 from __future__ import annotations
 
-import time
-
 from placer.model.errors import InfeasibleError
 from placer.model.placement import Placement, SolveStats
 from placer.solver.decompose import solve_by_domain, split_of
-from placer.solver.options import SolveOptions, Unplaceable
+from placer.solver.options import Budget, SolveOptions, Unplaceable
 from placer.solver.problem import Problem
 from placer.solver.search import search
 
 __all__ = ["SolveOptions", "solve"]  # SolveOptions lives in options; callers import both from here
 
 
-def solve(problem: Problem, options: SolveOptions = SolveOptions()) -> Placement:  # noqa: B008 (frozen)
+def solve(
+    problem: Problem,
+    options: SolveOptions = SolveOptions(),  # noqa: B008 (frozen)
+    budget: Budget | None = None,
+) -> Placement:
     """Place as many replicas as fit (at least minReplicas) at least cost; raise InfeasibleError otherwise.
 
     When every replica must sit inside one of several disjoint domains (a KV-transfer floor that only a rack
     meets, say), the problem separates by domain and placer.solver.decompose solves it domain by domain, exactly;
     otherwise one CP-SAT model is searched."""
-    deadline = time.perf_counter() + options.time_limit_s
+    budget = Budget.of(options) if budget is None else budget
     try:
         split = split_of(problem)
         outcome = (
-            search(problem, options, deadline) if split is None else solve_by_domain(problem, split, options, deadline)
+            search(problem, options, budget) if split is None else solve_by_domain(problem, split, options, budget)
         )
     except Unplaceable as exc:
         if not options.explain:

@@ -1,0 +1,38 @@
+"""The time limit is a work budget (CP-SAT's deterministic time), so a solve that the limit cuts short gives
+the same bytes on an idle machine and on one busy with other work."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from placer.topology.generate import dump_cluster_yaml, generate_cluster
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = ROOT / "fixtures" / "specs" / "llama-70b-large.yaml"
+
+
+def _solve(cluster: Path, limit: str) -> subprocess.CompletedProcess[str]:
+    # The wall-clock guard is set far out: this test is about the work budget deciding the answer.
+    cmd = [sys.executable, "-m", "placer", "solve", str(SPEC), str(cluster), "--time-limit", limit]
+    return subprocess.run([*cmd, "--wall-limit", "300"], capture_output=True, text=True, check=True, cwd=ROOT)
+
+
+def test_a_cut_short_solve_gives_the_same_bytes_under_a_cpu_hog(tmp_path: Path) -> None:
+    cluster = tmp_path / "dgx-4096.yaml"
+    cluster.write_text(dump_cluster_yaml(generate_cluster("dgx-h100", 4096, 0)))
+    idle = _solve(cluster, "0.6")
+    # The budget really cuts this search (no proof), so with a wall-clock limit the answer would depend on
+    # how much the machine got done in time.
+    assert "; feasible, cost" in idle.stderr, idle.stderr
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    try:
+        busy = _solve(cluster, "0.6")
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert busy.stdout == idle.stdout
+    # Not vacuous: a smaller budget stops the same search elsewhere and prints another placement.
+    assert _solve(cluster, "0.3").stdout != idle.stdout

@@ -1,0 +1,66 @@
+"""The greedy warm start stays inside its share of the work budget, and what it returns when the share runs
+out is still a set of complete, valid replicas."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from placer.check.verify import check
+from placer.model.load import load_cluster, load_spec
+from placer.model.placement import Placement, SolveStats
+from placer.solver.greedy import greedy_counted
+from placer.solver.problem import build_problem
+from placer.solver.search import greedy_outcome
+from placer.topology.build import build_topology
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
+TOPO = build_topology(load_cluster(FIX / "clusters" / "dgx-h100-1024.yaml"))
+CASES = {}
+for name in ("llama-70b-disagg", "aggregated-tp8", "tp16-multinode"):
+    spec = load_spec(FIX / "specs" / f"{name}.yaml")
+    spec = spec.model_copy(update={"replicas": 3, "min_replicas": 1})  # several replicas: a limit can cut between
+    CASES[name] = (spec, build_problem(spec, TOPO))
+
+
+def _overshoot(problem) -> int:
+    """The most one step can add past the limit: sorting the largest scope, visiting the largest domain."""
+    largest_scope = max(len(p.candidates) for p in problem.pools.values())
+    return 2 * largest_scope + len(problem.topology.nodes) + 2
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_no_limit_and_a_generous_limit_give_the_same_walk(name: str) -> None:
+    _spec, problem = CASES[name]
+    full, work = greedy_counted(problem)
+    assert full, "the fixture cluster fits at least one replica"
+    again, work_again = greedy_counted(problem, work)
+    assert again == full and work_again == work
+    # Half the work places fewer replicas (the initial state is 4 units per node of the 128).
+    cut, _ = greedy_counted(problem, 4 * len(TOPO.nodes) + (work - 4 * len(TOPO.nodes)) // 2)
+    assert len(cut) < len(full)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(sorted(CASES)), fraction=st.floats(0.0, 1.0))
+def test_a_limit_cuts_between_complete_replicas_and_is_kept(name: str, fraction: float) -> None:
+    spec, problem = CASES[name]
+    full, full_work = greedy_counted(problem)
+    limit = int(fraction * full_work)
+    got, work = greedy_counted(problem, limit)
+    initial = 4 * len(problem.topology.nodes)  # building the state, before any check
+    assert work <= max(limit, initial) + _overshoot(problem)
+    # A prefix of the unlimited walk: the same replicas, in the same order, just fewer of them.
+    assert got == full[: len(got)]
+    if got:
+        outcome = greedy_outcome(replace(problem, replicas=len(got), min_replicas=1), got)
+        placement = Placement(
+            spec.metadata.name, spec.metadata.namespace, TOPO.name, outcome.replicas, SolveStats("feasible")
+        )
+        one_by_one = spec.model_copy(update={"replicas": len(got), "min_replicas": 1})
+        report = check(one_by_one, TOPO, placement)
+        assert report.ok, report.violations
