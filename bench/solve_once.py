@@ -22,12 +22,16 @@ def main() -> None:
         write_atomic(record, placement_text(result.placement, record, result.spec))
         st = result.placement.stats
         out = {"status": st.status, "objective": st.objective, "bound": st.bound, "gap": st.gap}
+        # "work": the time limit decided the answer (the same on any machine); "clock": the wall guard did
+        out["limited_by"] = "clock" if any("wall-clock guard" in n for n in st.notes) else "work"
         out["seconds"] = st.seconds
     except InfeasibleError as exc:  # proven: no placement exists; else: none found within the limit
         out = {"status": "infeasible" if exc.proven else "timeout", "seconds": {}}
     except PlacerError as exc:
         out = {"status": type(exc).__name__, "seconds": {}}
-    out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out["rss_mb"] = usage.ru_maxrss / 1024
+    out["cpu_s"] = usage.ru_utime + usage.ru_stime  # beside wall time: comparable on a busy machine
     print(json.dumps(out))
 
 

@@ -96,9 +96,7 @@ def run_solve(
         spec = spec.model_copy(update={"metadata": spec.metadata.model_copy(update={"namespace": namespace})})
     cluster = load_cluster(cluster_path)
     times["load"] = time.perf_counter() - t
-    t = time.perf_counter()
-    topo, problem = build_inputs(spec_path, spec, cluster_path, cluster)
-    times["model"] = time.perf_counter() - t
+    topo, problem = build_inputs(spec_path, spec, cluster_path, cluster, times)
     free = sum(len(n.free_gpus) for n in topo.nodes)
     progress(
         f"cluster {topo.name}: {len(topo.nodes)} nodes, {free} free GPUs; solving {spec.metadata.name} "
@@ -117,21 +115,30 @@ def run_solve(
     return SolveResult(spec, topo, placement, report, manifests)
 
 
-def build_inputs(spec_path: Path, spec: ServingTopology, cluster_path: Path, cluster) -> tuple[Topology, Problem]:
-    """Topology and problem; input errors found here are attributed to their file and line."""
+def build_inputs(
+    spec_path: Path, spec: ServingTopology, cluster_path: Path, cluster, times: dict[str, float] | None = None
+) -> tuple[Topology, Problem]:
+    """Topology and problem (their build times into ``times``); input errors found here are attributed to
+    their file and line."""
     from placer.model.errors import InputError
     from placer.model.load import locate
     from placer.solver.problem import build_problem
     from placer.topology.build import build_topology
 
+    times = {} if times is None else times
+    t = time.perf_counter()
     try:
         topo = build_topology(cluster)
     except InputError as exc:
         raise locate(cluster_path, exc) from None
+    times["topology"] = time.perf_counter() - t
+    t = time.perf_counter()
     try:
-        return topo, build_problem(spec, topo)
+        problem = build_problem(spec, topo)
     except InputError as exc:
         raise locate(spec_path, exc) from None
+    times["problem"] = time.perf_counter() - t
+    return topo, problem
 
 
 @dataclass

@@ -263,7 +263,7 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, budge
         fallback = greedy_outcome(problem, greedy(problem, options.greedy_units()))
         if len(fallback.replicas) > n and len(fallback.replicas) >= problem.min_replicas:
             note = "time limit hit while solving domain by domain; the greedy placement is returned"
-            return replace(fallback, notes=[note], seconds={"solve": time.perf_counter() - t0})
+            return replace(fallback, notes=[note], seconds={"search": time.perf_counter() - t0})
     if n < problem.min_replicas or (timed_out and n == 0):
         raise Unplaceable(not timed_out)
     replicas: list[ReplicaPlacement] = []
@@ -287,7 +287,7 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, budge
     # Lower bounds here are lexicographic (misses first), so they bound the cost only at equal misses
     # domain by domain; short of a proof no cost bound is claimed.
     bound = cost if proven else None
-    return Outcome(tuple(replicas), misses, cost, bound, proven, notes, {"solve": time.perf_counter() - t0})
+    return Outcome(tuple(replicas), misses, cost, bound, proven, notes, {"search": time.perf_counter() - t0})
 
 
 def _level_word(topo: Topology, domains: tuple[str, ...]) -> str:

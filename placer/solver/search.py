@@ -57,7 +57,7 @@ def search(problem: Problem, options: SolveOptions, budget: Budget) -> Outcome:
     best: Outcome | None = greedy_outcome(problem, start) if len(start) >= problem.min_replicas else None
 
     def timings() -> dict[str, float]:
-        return {"greedy": t_greedy - t0, "build": t_build - t_greedy, "solve": time.perf_counter() - t_build}
+        return {"greedy": t_greedy - t0, "build": t_build - t_greedy, "search": time.perf_counter() - t_build}
 
     def run(stage: str) -> tuple[cp_model.CpSolver, cp_model.CpSolverStatus]:
         solver = configured_solver(options, budget)

@@ -120,20 +120,64 @@ _LAYOUTS = {"dgx-h100": _dgx_h100, "gb200-nvl72": _gb200_nvl72, "mixed": _mixed}
 def _background_jobs(sizes: list[int], target: int, rng: random.Random) -> list[list[int]]:
     """Busy GPU indices per node after placing jobs of 1-8 GPUs, none straddling nodes, until ``target``
     GPUs are busy. A job takes any free GPUs of one node with room for it (an 8-GPU job: a whole free
-    8-GPU node), so busy GPUs scatter the way they do after jobs come and go."""
+    8-GPU node), so busy GPUs scatter the way they do after jobs come and go.
+
+    The node is drawn uniformly from those with room, in node order; a Fenwick tree per job size finds
+    the k-th of them in O(log n), so the whole draw is O(n log n) (a scan per job was quadratic: 96 s for
+    100k GB200 GPUs), with the same random stream and so the same clusters as the scan."""
     free = [list(range(n)) for n in sizes]
     busy: list[list[int]] = [[] for _ in sizes]
+    room = {s: _Fenwick([int(n >= s) for n in sizes]) for s in JOB_SIZES}
+    with_free = [0] * (max(sizes, default=0) + 1)  # nodes by number of free GPUs
+    for n in sizes:
+        with_free[n] += 1
     left = target
     while left > 0:
-        most = max(len(f) for f in free)
+        most = max(v for v, count in enumerate(with_free) if count)
         fits = [(s, w) for s, w in zip(JOB_SIZES, JOB_WEIGHTS, strict=True) if s <= min(left, most)]
         size = rng.choices([s for s, _ in fits], weights=[w for _, w in fits])[0]
-        node = rng.choice([i for i, f in enumerate(free) if len(f) >= size])
+        node = room[size].kth(rng.choice(range(room[size].total)))  # = rng.choice(nodes with room), in order
         taken = rng.sample(free[node], size)
+        before = len(free[node])
         free[node] = [g for g in free[node] if g not in taken]
+        after = len(free[node])
+        with_free[before] -= 1
+        with_free[after] += 1
+        for s in JOB_SIZES:
+            if after < s <= before:
+                room[s].add(node, -1)
         busy[node].extend(taken)
         left -= size
     return [sorted(b) for b in busy]
+
+
+class _Fenwick:
+    """Counts over positions 0..n-1 with prefix sums and "the k-th counted position" in O(log n)."""
+
+    def __init__(self, values: list[int]) -> None:
+        self.n = len(values)
+        self.tree = [0] * (self.n + 1)
+        self.total = 0
+        for i, v in enumerate(values):
+            if v:
+                self.add(i, v)
+
+    def add(self, i: int, delta: int) -> None:
+        self.total += delta
+        i += 1
+        while i <= self.n:
+            self.tree[i] += delta
+            i += i & -i
+
+    def kth(self, k: int) -> int:
+        """The position of the (k+1)-th counted element (k from 0)."""
+        pos, step = 0, 1 << self.n.bit_length()
+        while step:
+            nxt = pos + step
+            if nxt <= self.n and self.tree[nxt] <= k:
+                pos, k = nxt, k - self.tree[nxt]
+            step >>= 1
+        return pos
 
 
 def generate_cluster(
@@ -181,7 +225,11 @@ class _FlowSeq(list):  # type: ignore[type-arg]
     pass
 
 
-class _Dumper(yaml.SafeDumper):
+# libyaml's emitter when PyYAML has it: the same bytes (checked at 100k GPUs), 3x faster than the Python one.
+_BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(_BaseDumper):  # type: ignore[valid-type,misc]
     def ignore_aliases(self, data: Any) -> bool:
         return True  # placer's loader refuses anchors and aliases
 
