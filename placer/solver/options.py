@@ -20,6 +20,7 @@ from placer.model.placement import ReplicaPlacement
 
 WALL_FACTOR, WALL_SLACK_S = 2.0, 5.0  # default wall-clock guard: 2 x the work budget + 5 s
 GREEDY_SHARE = 0.2  # of the work budget, at most, for the greedy warm start
+BUILD_ITEMS_PER_S = 150_000  # model variables + constraints built per deterministic second: 110-230 k/s measured
 GREEDY_UNITS_PER_S = 1_000_000  # greedy work units per deterministic second: 0.8-1.4 M/s measured (bench/NOTES.md)
 CLOCK_NOTE = (
     "the wall-clock guard ended the search (the machine was slower than the work budget assumes); "
@@ -94,6 +95,12 @@ class Budget:
 
     def spend_greedy(self, units: int) -> None:
         self.spend(units / GREEDY_UNITS_PER_S)
+
+    def spend_build(self, model) -> None:
+        """Building a model is work too (searches that build many, such as the anchor search, would
+        otherwise overrun the budget in wall time): charged by the model's size."""
+        proto = model.proto
+        self.spend((len(proto.variables) + len(proto.constraints)) / BUILD_ITEMS_PER_S)
 
 
 @dataclass

@@ -14,7 +14,7 @@ when those nodes are alike, which is how racks are built; the checker recomputes
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from placer.model import k8s
 from placer.model.errors import InputError
@@ -115,6 +115,8 @@ class Problem:
     # proven to be the true one, so the solver does not claim "optimal" (docs/DESIGN.md, Exactness).
     unlike_domains: tuple[str, ...] = ()
     kept: Kept | None = None  # running instances: pinned (hard) or movable at a price (soft)
+    # (replica, colocation) -> the container domain it must use (placer.solver.anchor fixes these)
+    pins: dict[tuple[int, str], str] = field(default_factory=dict)
 
     @property
     def has_router(self) -> bool:

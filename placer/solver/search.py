@@ -30,25 +30,29 @@ from placer.solver.options import (
 from placer.solver.problem import Problem
 
 
-def search(problem: Problem, options: SolveOptions, budget: Budget) -> Outcome:
+def search(
+    problem: Problem, options: SolveOptions, budget: Budget, start: list[GreedyReplica] | None = None
+) -> Outcome:
     """One CP-SAT model for the whole problem, solved in lexicographic stages; raises Unplaceable.
 
     When the time limit cuts a stage short, the best complete placement known so far (the previous
     stage's, else the greedy warm start's) is returned as feasible: never a partial gang, never nothing
     when something valid was in hand. The greedy may spend ``GREEDY_SHARE`` of the budget; the rest is
-    CP-SAT's."""
+    CP-SAT's; a caller that already ran it passes its ``start``."""
     from ortools.sat.python import cp_model
 
     from placer.solver.cpsat.model import PlacementModel
 
     t0 = time.perf_counter()
     # The greedy knows nothing of running instances; with some kept, the search starts from scratch.
-    start: list[GreedyReplica] = []
-    if problem.kept is None:
-        start, work = greedy_counted(problem, budget.greedy_units())
-        budget.spend_greedy(work)
+    if start is None:
+        start = []
+        if problem.kept is None and not problem.pins:  # the greedy knows neither
+            start, work = greedy_counted(problem, budget.greedy_units())
+            budget.spend_greedy(work)
     t_greedy = time.perf_counter()
     pm = PlacementModel(problem)
+    budget.spend_build(pm.model)
     t_build = time.perf_counter()
     model, v = pm.model, pm.vars
     if start:

@@ -1,4 +1,5 @@
-"""solve(problem, options) -> Placement: the only caller of placer.solver.cpsat.
+"""solve(problem, options) -> Placement: which search answers (one model, by domain, by anchor domain) and
+the answer with names attached.
 
 The objective is lexicographic, solved in stages because one weighted sum of very different magnitudes
 proves slowly: (1) as many complete replicas as fit, (2) fewest instances outside their preferred level,
@@ -10,13 +11,18 @@ answer; the greedy hint is permuted into the symmetry-breaking order so the solv
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from placer.model.errors import InfeasibleError
 from placer.model.placement import Placement, SolveStats
+from placer.solver.anchor import anchor_of, solve_by_anchor
 from placer.solver.decompose import solve_by_domain, split_of
-from placer.solver.options import Budget, SolveOptions, Unplaceable
+from placer.solver.greedy import greedy_counted
+from placer.solver.options import Budget, Outcome, SolveOptions, Unplaceable
 from placer.solver.problem import Problem
 from placer.solver.search import search
 
+ONE_MODEL_SHARE = 0.4  # of the work budget, for the one model before the anchor search (where it applies)
 __all__ = ["SolveOptions", "solve"]  # SolveOptions lives in options; callers import both from here
 
 
@@ -32,10 +38,7 @@ def solve(
     otherwise one CP-SAT model is searched."""
     budget = Budget.of(options) if budget is None else budget
     try:
-        split = split_of(problem)
-        outcome = (
-            search(problem, options, budget) if split is None else solve_by_domain(problem, split, options, budget)
-        )
+        outcome = _search(problem, options, budget)
     except Unplaceable as exc:
         if not options.explain:
             what = "no placement satisfies every hard constraint" if exc.proven else "no placement found in time"
@@ -62,6 +65,43 @@ def solve(
     )
     spec = problem.spec
     return Placement(spec.metadata.name, spec.metadata.namespace, problem.topology.name, outcome.replicas, stats)
+
+
+def _search(problem: Problem, options: SolveOptions, budget: Budget) -> Outcome:
+    """By domain when the problem separates exactly, by anchor domain when part of each replica is tied to
+    one of several domains, else one model."""
+    split = split_of(problem)
+    if split is not None:
+        return solve_by_domain(problem, split, options, budget)
+    anchor = anchor_of(problem)
+    if anchor is None:
+        return search(problem, options, budget)
+    # One model first: on smaller clusters it proves the optimum outright. Short of a proof, the rest of
+    # the budget chooses each replica's anchor domain outside the model (placer.solver.anchor), which
+    # finds better placements and a tighter bound where the one model's relaxation is weak; the answer is
+    # the better placement, with the better of the two bounds.
+    start, work = greedy_counted(problem, budget.greedy_units())  # shared by both searches
+    budget.spend_greedy(work)
+    try:
+        whole: Outcome | None = search(problem, options, budget.child(ONE_MODEL_SHARE * budget.work_left), start)
+    except Unplaceable as exc:
+        if exc.proven:
+            raise
+        whole = None
+    if whole is not None and whole.proven:
+        return whole
+    by_anchor = solve_by_anchor(problem, anchor, options, budget, start)
+    if whole is None and by_anchor is None:
+        return search(problem, options, budget, start)  # what is left, for one model
+    if by_anchor is None or (whole is not None and (whole.misses, whole.cost) <= (by_anchor.misses, by_anchor.cost)):
+        assert whole is not None
+        best, other = whole, by_anchor
+    else:
+        best, other = by_anchor, whole
+    if other is not None and other.bound is not None and other.misses == best.misses and best.bound is not None:
+        bound = max(best.bound, other.bound)
+        return replace(best, bound=bound, proven=best.proven or bound >= best.cost)
+    return best
 
 
 def _infeasible(problem: Problem, proven: bool, time_limit_s: float = 20.0) -> InfeasibleError:

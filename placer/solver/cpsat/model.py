@@ -61,6 +61,7 @@ class PlacementModel:
         self._router_inside_container()
         self._replicas_spread()
         self._kept_instances()
+        self._pinned_containers()
         self._identical_instances_ordered()
         self._identical_replicas_ordered()
 
@@ -357,9 +358,19 @@ class PlacementModel:
                         continue
                     self.model.add(self._instance_key((k, pool, i)) <= self._instance_key((k, pool, i + 1)))
 
+    def _pinned_containers(self) -> None:
+        """A replica whose container is fixed (placer.solver.anchor) uses that one."""
+        for (k, name), domain in sorted(self.problem.pins.items()):
+            coloc = next(c for c in self.problem.colocations if c.name == name)
+            j = next(j for j, c in enumerate(coloc.containers) if c.domain == domain)
+            self.model.add(self.vars.container[(k, name)][j] == 1)
+
     def _identical_replicas_ordered(self) -> None:
         """Replicas are interchangeable: order placed replicas by a key of the first pool's placement (its
-        first instance's domain position, or for counted instances the sum of their positions)."""
+        first instance's domain position, or for counted instances the sum of their positions). Replicas
+        pinned to different containers are not interchangeable, so pins switch this off."""
+        if self.problem.pins:
+            return
         first = min(self.problem.pools)
         kept = self.problem.kept.replicas if self.problem.kept else set()
         for k in range(self.problem.replicas - 1):

@@ -1,0 +1,262 @@
+"""Decomposition on the domain choice: when a rule ties part of every replica (some pools and the router)
+to one of several disjoint domains, search over which domain each replica takes, best first.
+
+Why: the large spec on DGX (``router.near: {pool: decode, level: leaf}``, KV floor met anywhere under the
+spine) was not proven at 10k GPUs in 60 s. Removing the spread rule changed nothing; removing the router
+rule proved it; fixing which leaf holds each replica's decode pool and router proved the rest in about 2 s
+(issue 14). The monolithic model's relaxation spreads a replica's anchored instances over every leaf, each
+container literal a small fraction, and so prices them at the cheapest GPUs of the whole cluster. Here the
+leaf is chosen outside the model, where a per-leaf bound sees that all of them must fit in that one leaf.
+
+Phase 1 bounds, per anchor domain ``d`` and replica count ``k``, what the anchored pools of ``k`` replicas
+cost inside ``d`` (each instance at its cheapest candidate there, with the room each candidate has), and
+once, what the other pools of every replica cost anywhere plus the cheapest KV container. Phase 2 walks the
+assignments (how many replicas each domain hosts) in increasing bound order, A* with an exact suffix
+bound, and solves the model with each replica's anchor fixed (``Problem.pins``), which presolve shrinks to
+a small problem. It stops when the best placement found is no worse than the bound of every assignment not
+yet solved: that placement is optimal. Out of budget, the best placement found is returned, unproven.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, replace
+
+from placer.solver.figures import free_in
+from placer.solver.greedy import GreedyReplica
+from placer.solver.options import CLOCK_NOTE, Budget, Outcome, SolveOptions, Unplaceable
+from placer.solver.problem import PoolPlan, Problem
+from placer.solver.search import greedy_outcome, search
+
+Value = tuple[int, int]  # (preferred-level misses, cost units), compared lexicographically
+FIRST_SHARE = 0.5  # of the work left, at most, for one fixed-anchor model (the first is usually the answer)
+MIN_SHARE_S = 0.3
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """Each replica's ``pools`` and router lie inside one of ``domains`` (disjoint, canonical order); a
+    domain hosts at most ``cap[i]`` replicas (the spread rule's domains inside it)."""
+
+    colocation: str
+    pools: tuple[str, ...]
+    domains: tuple[str, ...]
+    cap: tuple[int, ...]
+
+
+def anchor_of(problem: Problem) -> Anchor | None:
+    """The anchor rule that applies, or None: a router colocation over disjoint domains that does not cover
+    every pool (when it does, placer.solver.decompose separates the problem exactly), no running instances,
+    and replicas either not spread or spread over a level no broader than the anchor's domains."""
+    if problem.kept is not None or problem.pins or problem.replicas < 1:
+        return None
+    topo = problem.topology
+    rule = next((c for c in problem.colocations if c.router and set(c.pools) != set(problem.pools)), None)
+    if rule is None or len(rule.containers) < 2:
+        return None
+    domains = tuple(sorted({c.domain for c in rule.containers}, key=lambda d: topo.order[d]))
+    if any(topo.contains(a, b) for a in domains for b in domains if a != b):
+        return None  # nested containers: the choice is not one of disjoint domains
+    cap = []
+    for d in domains:
+        if problem.spread_level is None:
+            cap.append(problem.replicas)
+            continue
+        owner = topo.domain_at(d, problem.spread_level)
+        if owner == d:
+            cap.append(1)
+        elif owner is None:  # the spread level is narrower: d hosts one replica per spread domain in it
+            inside = {topo.domain_at(topo.node_domain[n], problem.spread_level) for n in topo.domains[d].nodes}
+            cap.append(min(problem.replicas, len(inside)))
+        else:
+            return None  # several anchor domains share one spread domain: not modelled here
+    return Anchor(rule.name, rule.pools, domains, tuple(cap))
+
+
+def solve_by_anchor(
+    problem: Problem, anchor: Anchor, options: SolveOptions, budget: Budget, start: list[GreedyReplica]
+) -> Outcome | None:
+    """The best placement by fixed-anchor models, starting from the greedy's ``start``; None when this
+    search does not apply after all (the greedy did not place every replica; one model answers how many
+    fit). Raises Unplaceable."""
+    if len(start) < problem.replicas:
+        return None  # how many replicas fit is the first question; the monolithic model answers it
+    best: Outcome = greedy_outcome(problem, start)
+    rest = _rest_bound(problem, anchor)
+    if rest is None:
+        return None
+    per_domain = [
+        [_anchored_bound(problem, anchor, i, k) for k in range(problem.replicas + 1)]
+        for i in range(len(anchor.domains))
+    ]
+    suffix = _suffix(per_domain, anchor, problem.replicas)
+    heap: list[tuple[Value, int, int, int, Value, tuple[int, ...]]] = []
+    top = suffix[0][problem.replicas]
+    if top is None:
+        return None
+    seq = 0
+    heapq.heappush(heap, (_add(rest, top), seq, 0, problem.replicas, (0, 0), ()))
+    proven = False
+    solved = 0
+    open_bound: Value | None = None  # the least bound of an assignment popped but not solved to the end
+    notes: list[str] = []
+    while heap:
+        bound, _s, j, left, partial, counts = heap[0]
+        if (best.misses, best.cost) <= bound:
+            proven = True
+            break
+        if budget.out():
+            break
+        heapq.heappop(heap)
+        if left == 0:
+            solved += 1
+            share = budget.child(max(MIN_SHARE_S, FIRST_SHARE * budget.work_left))
+            try:
+                got = search(_pinned(problem, anchor, counts), options, share)
+            except Unplaceable as exc:
+                if exc.proven:
+                    continue  # not every replica fits with their anchors there
+                open_bound = bound
+                break  # out of work inside it: what is in hand stands
+            if (got.misses, got.cost) < (best.misses, best.cost):
+                best = got
+            if not got.proven:
+                open_bound = bound
+                break  # its value is not known, so no later bound can prove anything
+            continue
+        for k in range(0, min(left, anchor.cap[j]) + 1):
+            step = per_domain[j][k]
+            after = suffix[j + 1][left - k] if j + 1 < len(anchor.domains) else ((0, 0) if left == k else None)
+            if step is None or after is None:
+                continue
+            seq += 1
+            nxt = _add(partial, step)
+            heapq.heappush(heap, (_add(rest, _add(nxt, after)), seq, j + 1, left - k, nxt, (*counts, k)))
+    if not heap and not proven:
+        proven = True  # every assignment was solved (or none remains that could hold the replicas)
+    if options.log:
+        options.log(f"[by anchor] {solved} fixed-{anchor.colocation} model(s) over {len(anchor.domains)} domains")
+    if budget.clock_cut:
+        notes.append(CLOCK_NOTE)
+    if not proven:
+        notes.append("work budget spent while choosing each replica's domain; the best placement found is returned")
+    # Unproven, every placement not yet seen costs at least the least bound still open (assignments left in
+    # the heap, and one cut short). The bounds are lexicographic (misses first): they bound the cost only
+    # when they have the best placement's misses.
+    still_open = [b for b in (heap[0][0] if heap else None, open_bound) if b is not None]
+    low = min(still_open) if still_open else None
+    cost_bound = best.cost if proven else (low[1] if low is not None and low[0] == best.misses else None)
+    return replace(best, proven=proven, bound=cost_bound, notes=notes)
+
+
+def _add(a: Value, b: Value) -> Value:
+    return a[0] + b[0], a[1] + b[1]
+
+
+def _suffix(per_domain: list[list[Value | None]], anchor: Anchor, replicas: int) -> list[list[Value | None]]:
+    """suffix[j][r]: the least bound for r replicas over domains j.. (None: they cannot host r)."""
+    n = len(anchor.domains)
+    suffix: list[list[Value | None]] = [[None] * (replicas + 1) for _ in range(n + 1)]
+    suffix[n][0] = (0, 0)
+    for j in range(n - 1, -1, -1):
+        for r in range(replicas + 1):
+            options = []
+            for k in range(0, min(r, anchor.cap[j]) + 1):
+                step, after = per_domain[j][k], suffix[j + 1][r - k]
+                if step is not None and after is not None:
+                    options.append(_add(step, after))
+            suffix[j][r] = min(options) if options else None
+    return suffix
+
+
+def _cheapest(problem: Problem, plan: PoolPlan, inside: str | None, count: int) -> Value | None:
+    """``count`` instances of a pool at their cheapest candidates (all-reduce and telemetry), as many per
+    candidate as its free GPUs allow, inside domain ``inside`` (None: anywhere); None if they do not fit."""
+    topo = problem.topology
+    tele = problem.telemetry_units
+    options: list[tuple[int, int, int]] = []
+    for cand in plan.candidates:
+        if inside is not None and not topo.contains(inside, cand.domain):
+            continue
+        dom = topo.domains[cand.domain]
+        usable = [n for n in dom.nodes if n in plan.eligible and topo.nodes[n].free_gpus]
+        if not usable:
+            continue
+        if cand.kind == "unit":
+            room = free_in(topo, dom.nodes[0], dom) // plan.size
+            options.append((int(cand.preferred_miss), cand.units + plan.size * tele[dom.nodes[0]], room))
+        else:
+            options.append((int(cand.preferred_miss), cand.units + plan.size * min(tele[n] for n in usable), count))
+    misses = cost = 0
+    for miss, units, room in sorted(options):
+        take = min(count, room)
+        misses, cost, count = misses + miss * take, cost + units * take, count - take
+        if count == 0:
+            return misses, cost
+    return None if count else (misses, cost)
+
+
+def _anchored_bound(problem: Problem, anchor: Anchor, i: int, k: int) -> Value | None:
+    """The anchored pools of ``k`` replicas inside domain ``i``, and a router node there for each."""
+    if k == 0:
+        return 0, 0
+    if k > anchor.cap[i]:
+        return None
+    d = anchor.domains[i]
+    topo = problem.topology
+    if problem.has_router and sum(1 for n in problem.router_nodes if topo.contains(d, topo.node_domain[n])) < 1:
+        return None
+    total: Value = (0, 0)
+    for name in anchor.pools:
+        plan = problem.pools[name]
+        got = _cheapest(problem, plan, d, k * plan.instances)
+        if got is None:
+            return None
+        total = _add(total, got)
+    return total
+
+
+def _rest_bound(problem: Problem, anchor: Anchor) -> Value | None:
+    """Every replica's other pools anywhere, and each replica-level rule at its cheapest container."""
+    total: Value = (0, 0)
+    for name, plan in problem.pools.items():
+        if name in anchor.pools:
+            continue
+        got = _cheapest(problem, plan, None, problem.replicas * plan.instances)
+        if got is None:
+            return None
+        total = _add(total, got)
+    kv = sum(min((c.units for c in coloc.containers), default=0) for coloc in problem.colocations)
+    return _add(total, (0, problem.replicas * kv))
+
+
+def _pinned(problem: Problem, anchor: Anchor, counts: tuple[int, ...]) -> Problem:
+    """The problem with replica r's anchor fixed: the first counts[0] replicas in domain 0, and so on."""
+    pins: dict[tuple[int, str], str] = {}
+    r = 0
+    for i, k in enumerate(counts):
+        for _ in range(k):
+            pins[(r, anchor.colocation)] = anchor.domains[i]
+            r += 1
+    # Candidates, containers and router nodes outside every pinned domain can serve no replica: leave
+    # them out of the model rather than to presolve (the model is then a fraction of the whole).
+    topo = problem.topology
+    used = sorted(set(pins.values()), key=lambda d: topo.order[d])
+
+    def inside(domain: str) -> bool:
+        return any(topo.contains(d, domain) for d in used)
+
+    pools = {
+        name: replace(plan, candidates=tuple(c for c in plan.candidates if inside(c.domain)))
+        if name in anchor.pools
+        else plan
+        for name, plan in problem.pools.items()
+    }
+    colocations = [
+        replace(c, containers=tuple(k for k in c.containers if k.domain in used)) if c.name == anchor.colocation else c
+        for c in problem.colocations
+    ]
+    routers = tuple(n for n in problem.router_nodes if inside(topo.node_domain[n]))
+    return replace(
+        problem, pools=pools, colocations=colocations, router_nodes=routers, pins=pins, min_replicas=problem.replicas
+    )

@@ -1,0 +1,99 @@
+"""Decomposition on the domain choice (placer.solver.anchor): when the router rule ties the decode pool and
+the router to one rack but the prefill pool may go anywhere, choosing each replica's rack outside the model
+and solving the rest finds exactly the one-model optimum, and an unproven answer's bound is a true bound."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from placer.model.cluster import ClusterSpec
+from placer.model.errors import InputError
+from placer.model.spec import ServingTopology
+from placer.solver.anchor import anchor_of, solve_by_anchor
+from placer.solver.greedy import greedy
+from placer.solver.options import Budget, SolveOptions, Unplaceable
+from placer.solver.problem import build_problem
+from placer.solver.search import search
+from placer.topology.build import build_topology
+from tests.test_solver_properties import cluster_document
+
+
+@st.composite
+def cases(draw) -> tuple[dict, dict]:
+    nodes = []
+    for r in range(draw(st.integers(2, 4))):
+        for i in range(draw(st.integers(1, 3))):
+            count = draw(st.sampled_from([4, 8]))
+            node = {
+                "name": f"n{r}-{i}",
+                "rack": f"r{r}",
+                "gpus": {"count": count, "product": "H100", "memoryGiB": 80},
+                "busy": sorted(draw(st.sets(st.integers(0, count - 1), max_size=count - 1))),
+                "cpu": "32",
+                "memory": "256Gi",
+            }
+            if draw(st.booleans()):
+                node["metrics"] = {
+                    "queueDepth": draw(st.integers(0, 6)),
+                    "kvCacheHit": draw(st.sampled_from([0.0, 0.4])),
+                }
+            nodes.append(node)
+
+    def pool(role: str) -> dict:
+        return {
+            "role": role,
+            "instances": draw(st.integers(1, 3)),
+            "tensorParallel": draw(st.sampled_from([1, 2, 4, 8])),
+            "placement": {"required": draw(st.sampled_from(["node", "rack"])), "preferred": "node"},
+            "template": {"image": "example.com/engine:1", "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}},
+        }
+
+    replicas = draw(st.integers(1, 3))
+    spec = {
+        "apiVersion": "placer.dev/v1alpha1",
+        "kind": "ServingTopology",
+        "metadata": {"name": "t"},
+        "model": {"layers": 8, "hiddenSize": 2048, "kvHeads": 4, "headDim": 64},
+        "pools": {"prefill": pool("prefill"), "decode": pool("decode")},
+        "router": {"cpu": "2", "memory": "1Gi", "near": {"pool": "decode", "level": "rack"}},
+        "replicas": replicas,
+        "minReplicas": draw(st.integers(0, replicas)),
+    }
+    if replicas > 1 and draw(st.booleans()):
+        spec["spread"] = {"level": draw(st.sampled_from(["node", "rack"]))}
+    return spec, cluster_document("racks", nodes, draw(st.sampled_from([1, 8])))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(cases())
+def test_by_anchor_equals_one_model(case) -> None:
+    spec_d, cluster_d = case
+    try:
+        problem = build_problem(
+            ServingTopology.model_validate(spec_d), build_topology(ClusterSpec.model_validate(cluster_d))
+        )
+    except InputError:
+        assume(False)
+        return
+    anchor = anchor_of(problem)
+    assume(anchor is not None)
+    assert anchor is not None
+    try:
+        whole = search(problem, SolveOptions(), Budget(60, 120))
+    except Unplaceable as exc:
+        assert exc.proven
+        whole = None
+    try:
+        got = solve_by_anchor(problem, anchor, SolveOptions(), Budget(60, 120), greedy(problem))
+    except Unplaceable as exc:
+        assert exc.proven
+        assert whole is None
+        return
+    assume(got is not None)  # the greedy did not place every replica: one model answers instead
+    assert got is not None and whole is not None and whole.proven
+    assert len(got.replicas) == len(whole.replicas)
+    if got.proven:
+        assert (got.misses, got.cost) == (whole.misses, whole.cost)
+    elif got.bound is not None:
+        assert got.bound <= whole.cost <= got.cost
