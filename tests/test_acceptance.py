@@ -1,0 +1,248 @@
+"""What placer prints, current upstream accepts: every target's output on every fixture spec x cluster, on a
+30-character and a digit-first spec name, passes the served-version, structural-schema, CEL and webhook
+checks of tests/k8s_acceptance.py against the CRDs vendored in tests/data/crds/upstream/ (SOURCES names
+each repository, path, commit and release). The harness itself is tested first, on small objects whose
+verdict is known from the upstream source."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+from k8s_acceptance import (
+    assert_accepted,
+    crds,
+    grove_name_length,
+    problems,
+    sources,
+)
+
+from placer.emit import build_manifests
+from placer.errors import InfeasibleError, InputError
+from placer.load import load_cluster, load_spec
+from placer.pipeline import verify_placement
+from placer.problem import build_problem
+from placer.solve import SolveOptions, solve
+from placer.targets import TARGETS
+from placer.topology import build_topology
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = sorted(p.stem for p in (ROOT / "fixtures" / "specs").glob("*.yaml"))
+CLUSTERS = sorted(p.stem for p in (ROOT / "fixtures" / "clusters").glob("*.yaml"))
+# Fixture pairs with no placement at all, and how placer says so (nothing is emitted to check).
+NOT_PLACED = {
+    ("aggregated-tp8", "gb200-nvl72-1008"): InputError,  # TP8 packed in one node; GB200 trays have 4 GPUs
+    ("llama-70b-disagg", "small-mixed"): InfeasibleError,  # decode needs 16 GPUs, 14 matching ones are free
+    ("llama-70b-large", "dgx-h100-1024"): InfeasibleError,  # 32 whole 8-GPU NVLink domains needed, 24 free
+    ("llama-70b-large", "gb200-nvl72-1008"): InfeasibleError,  # the 200 GB/s KV floor; racks join at 100
+    ("llama-70b-large", "small-mixed"): InfeasibleError,  # 5 nodes, 29 free GPUs
+    ("tp16-multinode", "gb200-nvl72-1008"): InfeasibleError,  # asks for H100s; the cluster has GB200s
+    ("tp16-multinode", "small-mixed"): InfeasibleError,  # TP16 needs 16 GPUs, 14 matching ones are free
+}
+
+
+# ---- the harness on objects whose verdict is known ----------------------------------------------------
+
+
+def _meta(name: str = "x", namespace: str | None = "default") -> dict:
+    out: dict = {"name": name, "labels": {"app.kubernetes.io/managed-by": "placer"}}
+    if namespace:
+        out["namespace"] = namespace
+    return out
+
+
+def _pcs(name: str = "llama-r0", tc: dict | None = None, cliques: list | None = None, groups=None) -> dict:
+    pod = {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.11.0"}]}
+    template: dict = {
+        "cliques": cliques
+        or [{"name": "prefill", "spec": {"roleName": "prefill", "replicas": 1, "minAvailable": 1, "podSpec": pod}}]
+    }
+    if tc is not None:
+        template["topologyConstraint"] = tc
+    if groups is not None:
+        template["podCliqueScalingGroups"] = groups
+    return {
+        "apiVersion": "grove.io/v1alpha1",
+        "kind": "PodCliqueSet",
+        "metadata": _meta(name),
+        "spec": {"replicas": 1, "template": template},
+    }
+
+
+def test_every_vendored_crd_is_listed_in_sources_with_a_commit():
+    rows = sources()
+    files = {r["file"] for r in rows}
+    assert files == {p.name for p in (ROOT / "tests/data/crds/upstream").glob("*.yaml")}
+    assert all(len(r["commit"]) == 40 and r["repository"].count("/") == 1 for r in rows)
+    kinds = {k for _, k in crds()}
+    assert {"PodGroup", "Topology", "PodCliqueSet", "LeaderWorkerSet"} <= kinds
+
+
+def test_harness_refuses_a_version_the_crd_does_not_serve():
+    topology = {
+        "apiVersion": "kai.scheduler/v1",
+        "kind": "Topology",
+        "metadata": {"name": "t"},
+        "spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]},
+    }
+    assert problems(topology) == [
+        "Topology 't': apiVersion: kai.scheduler/v1 is not served; topologies.kai.scheduler serves ['v1alpha1']"
+    ]
+    assert problems(topology | {"apiVersion": "kai.scheduler/v1alpha1"}) == []
+
+
+def test_harness_refuses_unknown_fields_wrong_types_and_a_namespace_on_a_cluster_scoped_kind():
+    pg = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": _meta("g"),
+        "spec": {"minMember": 2, "scheduleTimeoutSeconds": 60},
+    }
+    assert problems(pg) == []
+    bad = copy.deepcopy(pg)
+    bad["spec"]["minMembers"] = 2
+    bad["spec"]["minMember"] = "2"
+    assert problems(bad) == [
+        "PodGroup 'g': spec.minMember: must be of type integer, got str",
+        "PodGroup 'g': spec.minMembers: unknown field (the API server would prune it)",
+    ]
+    topology = {
+        "apiVersion": "kai.scheduler/v1alpha1",
+        "kind": "Topology",
+        "metadata": {"name": "t", "namespace": "default"},
+        "spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]},
+    }
+    assert problems(topology) == ["Topology 't': metadata.namespace: not allowed on a cluster-scoped Topology"]
+
+
+def test_harness_evaluates_cel_rules_as_on_create():
+    # kai.scheduler_topologies.yaml: levels unique, hostname last; the oldSelf rule (immutability) is skipped.
+    topology = {
+        "apiVersion": "kai.scheduler/v1alpha1",
+        "kind": "Topology",
+        "metadata": {"name": "t"},
+        "spec": {"levels": [{"nodeLabel": "kubernetes.io/hostname"}, {"nodeLabel": "rack"}]},
+    }
+    assert len(problems(topology)) == 1 and "spec.levels" in problems(topology)[0]
+    # grove.io_podcliquesets.yaml: optionalOldSelf rule, evaluated on create with oldSelf absent.
+    legacy = _pcs(tc={"packDomain": "rack", "topologyName": "t"})
+    assert problems(legacy) == [
+        "PodCliqueSet 'llama-r0': spec.template.topologyConstraint.packDomain: packDomain is deprecated and "
+        "cannot be used on new workloads; use pack.required"
+    ]
+    assert problems(_pcs(tc={"pack": {"required": "rack"}, "topologyName": "t"})) == []
+    assert any("pack must specify" in m for m in problems(_pcs(tc={"pack": {}, "topologyName": "t"})))
+
+
+def test_harness_restates_the_grove_webhook():
+    pod = {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.11.0"}]}
+
+    def clique(name: str, role: str) -> dict:
+        return {"name": name, "spec": {"roleName": role, "replicas": 1, "minAvailable": 1, "podSpec": pod}}
+
+    same_role = _pcs(cliques=[clique("a-l", "a"), clique("a-w", "a")])
+    assert problems(same_role) == ["PodCliqueSet 'llama-r0': spec.template.cliques[].roleName: duplicate values ['a']"]
+    # 45 = len(PodCliqueSet) + len(scaling group) + len(clique): 20 + 12 + 14 = 46 is one too many.
+    assert grove_name_length("a" * 20, "b" * 12, "c" * 13) == []
+    assert grove_name_length("a" * 20, "b" * 12, "c" * 14)[0].startswith("combined resource name length 46")
+    no_name = _pcs(tc={"pack": {"required": "rack"}})
+    assert problems(no_name) == [
+        "PodCliqueSet 'llama-r0': spec.template.topologyConstraint.topologyName: required when "
+        "topologyConstraint is set"
+    ]
+    ok = _pcs(tc={"pack": {"required": "rack"}, "topologyName": "t"})
+    assert problems(ok) == []
+    assert problems(ok, grove_tas=False) == [
+        "PodCliqueSet 'llama-r0': spec.template.topologyConstraint: not allowed when Topology Aware Scheduling "
+        "is disabled"
+    ]
+
+
+def test_harness_refuses_digit_first_service_and_leaderworkerset_names():
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta("70b-llama-r0-router"),
+        "spec": {"selector": {"a": "b"}, "ports": [{"name": "http", "port": 8000}]},
+    }
+    assert problems(svc) == [
+        "Service '70b-llama-r0-router': metadata.name: '70b-llama-r0-router' is not a DNS-1035 label "
+        "(must start with a letter)"
+    ]
+    pod_template = {"spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.11.0"}]}}
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": _meta("70b-llama-r0-a-0"),
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "workerTemplate": pod_template}},
+    }
+    assert [m for m in problems(lws) if "DNS-1035" in m]
+    assert problems(lws | {"metadata": _meta("llama-r0-a-0")}) == []
+
+
+# ---- every target, every fixture ---------------------------------------------------------------------
+
+
+@cache
+def _solved(spec_path: Path, cluster_name: str):
+    """(spec, topology, placement, report), or the exception placer refuses the pair with."""
+    spec = load_spec(spec_path)
+    topo = build_topology(load_cluster(ROOT / "fixtures" / "clusters" / f"{cluster_name}.yaml"))
+    try:
+        placement = solve(build_problem(spec, topo), SolveOptions(time_limit_s=20, explain=False))
+    except (InputError, InfeasibleError) as exc:
+        return exc
+    return spec, topo, placement, verify_placement(spec, topo, placement)
+
+
+def _emit(solved, target: str) -> list[dict]:
+    return build_manifests(*solved, target=target)
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
+@pytest.mark.parametrize("spec", SPECS)
+def test_every_target_is_accepted_on_every_fixture(spec, cluster):
+    solved = _solved(ROOT / "fixtures" / "specs" / f"{spec}.yaml", cluster)
+    if isinstance(solved, Exception):
+        assert type(solved) is NOT_PLACED.get((spec, cluster)), solved
+        return
+    assert (spec, cluster) not in NOT_PLACED
+    assert_accepted(d for target in TARGETS for d in _emit(solved, target))
+
+
+def _renamed(tmp_path: Path, spec: str, name: str) -> Path:
+    doc = yaml.safe_load((ROOT / "fixtures" / "specs" / f"{spec}.yaml").read_text())
+    doc["metadata"]["name"] = name
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+NAME_30 = "llama-70b-disaggregated-servin"
+
+
+@pytest.mark.parametrize(
+    ("spec", "cluster"), [("llama-70b-disagg", "dgx-h100-1024"), ("tp16-multinode", "dgx-h100-1024")]
+)
+def test_a_30_character_name_is_accepted_or_refused_as_input_by_placer(spec, cluster, tmp_path):
+    """A 30-character spec name: every target's output is accepted, or placer refuses it up front (exit 2)
+    for the rule upstream would refuse it by (Grove's 45-character pod-name budget)."""
+    assert len(NAME_30) == 30
+    solved = _solved(_renamed(tmp_path, spec, NAME_30), cluster)
+    assert not isinstance(solved, Exception)
+    for target in TARGETS:
+        try:
+            docs = _emit(solved, target)
+        except InputError as exc:
+            assert target == "grove" and "45" in str(exc), (target, str(exc))
+            continue
+        assert_accepted(docs)
+
+
+def test_a_digit_first_name_is_refused_at_load(tmp_path):
+    path = _renamed(tmp_path, "llama-70b-disagg", "70b-llama")
+    with pytest.raises(InputError, match=r"metadata\.name.*70b-llama.*start with a letter"):
+        load_spec(path)
