@@ -131,12 +131,17 @@ def labels_and_annotations(meta: dict, path: str) -> list[str]:
 
 
 @cache
-def crds() -> dict[tuple[str, str], dict]:
-    """(group, kind) -> the vendored CRD."""
+def crds(release: str | None = None) -> dict[tuple[str, str], dict]:
+    """(group, kind) -> the vendored CRD: main's, or with ``release`` (a folder ``upstream/<name>-<tag>``)
+    that release's where it has one."""
     out = {}
-    for path in sorted(UPSTREAM.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
-        out[(crd["spec"]["group"], crd["spec"]["names"]["kind"])] = crd
+    folders = [UPSTREAM] + ([UPSTREAM / release] if release else [])
+    for folder in folders:
+        if not folder.is_dir():
+            raise FileNotFoundError(f"no vendored CRDs for release {release!r} ({folder})")
+        for path in sorted(folder.glob("*.yaml")):
+            crd = yaml.safe_load(path.read_text())
+            out[(crd["spec"]["group"], crd["spec"]["names"]["kind"])] = crd
     return out
 
 
@@ -152,8 +157,8 @@ def _group_version(api_version: str) -> tuple[str, str]:
     return group, version
 
 
-def is_custom(doc: dict) -> bool:
-    return (_group_version(doc.get("apiVersion", ""))[0], doc.get("kind")) in crds()
+def is_custom(doc: dict, release: str | None = None) -> bool:
+    return (_group_version(doc.get("apiVersion", ""))[0], doc.get("kind")) in crds(release)
 
 
 # ---- structural schema ---------------------------------------------------------------------------------
@@ -340,9 +345,9 @@ def cel_rules(value: Any, schema: dict, where: str) -> list[str]:
 # ---- one object ----------------------------------------------------------------------------------------
 
 
-def _custom(doc: dict) -> list[str]:
+def _custom(doc: dict, release: str | None) -> list[str]:
     group, version = _group_version(doc["apiVersion"])
-    crd = crds()[(group, doc["kind"])]
+    crd = crds(release)[(group, doc["kind"])]
     served = [v["name"] for v in crd["spec"]["versions"] if v.get("served")]
     chosen = next((v for v in crd["spec"]["versions"] if v["name"] == version and v.get("served")), None)
     if chosen is None:
@@ -382,11 +387,14 @@ def _builtin(doc: dict, version: str) -> list[str]:
     return []
 
 
-def problems(doc: dict, *, k8s_version: str = K8S_VERSION, grove_tas: bool = True) -> list[str]:
-    """Every reason the API server (with the project's CRD and webhook) would refuse ``doc`` on create."""
+def problems(
+    doc: dict, *, k8s_version: str = K8S_VERSION, grove_tas: bool = True, release: str | None = None
+) -> list[str]:
+    """Every reason the API server (with the project's CRD and webhook) would refuse ``doc`` on create;
+    ``release`` checks against an older release's CRDs (``upstream/<name>-<tag>/``, e.g. ``volcano-v1.12.0``)."""
     label = f"{doc.get('kind')} {doc.get('metadata', {}).get('name')!r}"
-    if is_custom(doc):
-        out = _custom(doc)
+    if is_custom(doc, release):
+        out = _custom(doc, release)
         for path, meta, spec in embedded_pods(doc):
             pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "embedded"} | meta, "spec": spec}
             out += [f"{path}: {m}" for m in _builtin(pod, k8s_version)]

@@ -75,7 +75,8 @@ def _pcs(name: str = "llama-r0", tc: dict | None = None, cliques: list | None = 
 def test_every_vendored_crd_is_listed_in_sources_with_a_commit():
     rows = sources()
     files = {r["file"] for r in rows}
-    assert files == {p.name for p in (ROOT / "tests/data/crds/upstream").glob("*.yaml")}
+    upstream = ROOT / "tests/data/crds/upstream"
+    assert files == {str(p.relative_to(upstream)) for p in upstream.rglob("*.yaml")}
     assert all(len(r["commit"]) == 40 and r["repository"].count("/") == 1 for r in rows)
     kinds = {k for _, k in crds()}
     assert {"PodGroup", "Topology", "PodCliqueSet", "LeaderWorkerSet"} <= kinds

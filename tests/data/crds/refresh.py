@@ -31,6 +31,14 @@ FILES: dict[str, list[str]] = {
     "ai-dynamo/grove": ["operator/api/core/v1alpha1/crds/grove.io_podcliquesets.yaml"],
     "kubernetes-sigs/lws": ["config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml"],
 }
+# The oldest release placer supports where it differs from main in a way the tests check (docs/TARGETS.md,
+# "Supported versions"): repository -> {release tag: paths}; vendored under upstream/<name>-<tag>/.
+OLDEST: dict[str, dict[str, list[str]]] = {
+    "kai-scheduler/KAI-Scheduler": {"v0.12.0": FILES["kai-scheduler/KAI-Scheduler"]},
+    "volcano-sh/volcano": {"v1.12.0": FILES["volcano-sh/volcano"], "v1.14.0": FILES["volcano-sh/volcano"]},
+    "ai-dynamo/grove": {"v0.1.0-alpha.10": FILES["ai-dynamo/grove"]},
+    "kubernetes-sigs/lws": {"v0.3.0": FILES["kubernetes-sigs/lws"]},
+}
 HEADER = "# repository\tpath\tcommit\trelease\tvendored as\n"
 
 
@@ -61,6 +69,16 @@ def read_sources() -> dict[str, list[str]]:
     return {row[4]: row for row in rows}
 
 
+def release_dir(repo: str, tag: str) -> str:
+    return f"{repo.split('/')[1].lower()}-{tag}"
+
+
+def _copy(checkout: Path, rev: str, path: str, dest: Path) -> None:
+    text = subprocess.run(["git", "-C", str(checkout), "show", f"{rev}:{path}"], check=True, capture_output=True)
+    dest.parent.mkdir(exist_ok=True)
+    dest.write_bytes(text.stdout)
+
+
 def refresh(repo: str, checkout: Path) -> list[list[str]]:
     if repo not in FILES:
         raise SystemExit(f"{repo}: not a repository placer vendors CRDs from ({', '.join(FILES)})")
@@ -68,13 +86,17 @@ def refresh(repo: str, checkout: Path) -> list[list[str]]:
     tag = release(checkout)
     rows = []
     for path in FILES[repo]:
-        text = subprocess.run(
-            ["git", "-C", str(checkout), "show", f"HEAD:{path}"], check=True, capture_output=True
-        ).stdout
         name = vendored_name(repo, path)
-        (UPSTREAM / name).write_bytes(text)
+        _copy(checkout, "HEAD", path, UPSTREAM / name)
         rows.append([repo, path, commit, tag, name])
         print(f"{name}: {repo}@{commit[:12]} ({tag}) {path}", file=sys.stderr)
+    for old_tag, paths in OLDEST.get(repo, {}).items():
+        old_commit = _git(checkout, "rev-parse", f"{old_tag}^{{commit}}")
+        for path in paths:
+            name = f"{release_dir(repo, old_tag)}/{vendored_name(repo, path)}"
+            _copy(checkout, old_tag, path, UPSTREAM / name)
+            rows.append([repo, path, old_commit, old_tag, name])
+            print(f"{name}: {repo}@{old_commit[:12]} ({old_tag}) {path}", file=sys.stderr)
     return rows
 
 
