@@ -567,3 +567,116 @@ def _podgroup(doc: dict, **_: Any) -> list[str]:
 
 
 WEBHOOKS = {"PodCliqueSet": grove_podcliqueset, "LeaderWorkerSet": lws_leaderworkerset, "PodGroup": _podgroup}
+
+
+# ---- checks across the objects of one output ------------------------------------------------------------
+
+KUEUE = "kueue.x-k8s.io/"
+
+
+def kueue_pod_groups(docs: Iterable[dict]) -> list[str]:
+    """Kueue's checks on plain-Pod groups with TAS annotations (kubernetes-sigs/kueue
+    pkg/controller/jobframework/tas_validation.go at ff69552e79ad, the main read for this): per pod ValidateTASPodSetRequest (:34-110): at most one of
+    required / preferred / unconstrained (:51), slice size only with a slice topology and back (:102-108), slice
+    size a positive integer (:131-156), podset-group-name not a number (:158) and never with slice annotations
+    (:73-95); per PodSet (pods of one group and role hash) the slice size not above its pod count (:170-190);
+    podset groups of exactly 2 PodSets, one of them a single pod, with the same required / preferred
+    topology (:214-300); the pod index label below the group's total count (pkg/controller/jobs/pod/
+    pod_controller.go:850), and every pod of a group agreeing on the total."""
+    out: list[str] = []
+    podsets: dict[tuple[str, str], list[dict]] = {}
+    totals: dict[str, set[str]] = {}
+    for d in docs:
+        labels = d["metadata"].get("labels", {})
+        if d["kind"] != "Pod" or KUEUE + "pod-group-name" not in labels:
+            continue
+        a = d["metadata"].get("annotations", {})
+        name = f"Pod {d['metadata']['name']!r}"
+        group = labels[KUEUE + "pod-group-name"]
+        totals.setdefault(group, set()).add(a.get(KUEUE + "pod-group-total-count", "<none>"))
+        podsets.setdefault((group, a.get(KUEUE + "role-hash", "<spec hash>")), []).append(d)
+        modes = [m for m in ("required", "preferred", "unconstrained") if f"{KUEUE}podset-{m}-topology" in a]
+        if len(modes) > 1:
+            out.append(f"{name}: more than one topology annotation {modes}")
+        has_slice, has_size = KUEUE + "podset-slice-required-topology" in a, KUEUE + "podset-slice-size" in a
+        if has_slice != has_size:
+            out.append(f"{name}: podset-slice-required-topology and podset-slice-size go together")
+        if has_size and not (a[KUEUE + "podset-slice-size"].isdigit() and int(a[KUEUE + "podset-slice-size"]) >= 1):
+            out.append(f"{name}: podset-slice-size must be a positive integer")
+        if KUEUE + "podset-group-name" in a:
+            if a[KUEUE + "podset-group-name"].isdigit():
+                out.append(f"{name}: podset-group-name must not be a number")
+            if has_slice or has_size:
+                out.append(f"{name}: podset-group-name may not be set with slice annotations")
+            if not {"required", "preferred"} & set(modes):
+                out.append(f"{name}: podset-group-name needs podset-required- or podset-preferred-topology")
+        index = labels.get(KUEUE + "pod-group-pod-index")
+        total = a.get(KUEUE + "pod-group-total-count", "0")
+        if index is not None and not (index.isdigit() and int(index) < int(total)):
+            out.append(f"{name}: pod-group-pod-index {index!r} is not below the total count {total}")
+    out += [
+        f"pod group {g!r}: pods disagree on pod-group-total-count {sorted(t)}" for g, t in totals.items() if len(t) > 1
+    ]
+    groups: dict[tuple[str, str], list[tuple[int, dict]]] = {}
+    for (group, role), pods in podsets.items():
+        a = pods[0]["metadata"]["annotations"]
+        size = a.get(KUEUE + "podset-slice-size")
+        if size and size.isdigit() and int(size) > len(pods):
+            out.append(f"PodSet {group}/{role}: podset-slice-size {size} is greater than its {len(pods)} pods")
+        if KUEUE + "podset-group-name" in a:
+            groups.setdefault((group, a[KUEUE + "podset-group-name"]), []).append((len(pods), a))
+    for (group, name), members in groups.items():
+        if len(members) != 2:
+            out.append(f"pod group {group!r}: podset group {name!r} has {len(members)} PodSets; it must have 2")
+            continue
+        if min(n for n, _ in members) != 1:
+            out.append(f"pod group {group!r}: podset group {name!r} needs one PodSet of a single pod")
+        keys = [
+            (a.get(KUEUE + "podset-required-topology"), a.get(KUEUE + "podset-preferred-topology")) for _, a in members
+        ]
+        if keys[0] != keys[1]:
+            out.append(f"pod group {group!r}: podset group {name!r} PodSets ask for different topologies {keys}")
+    return out
+
+
+def grove_bindings(docs: list[dict], existing: Iterable[str] = ()) -> list[str]:
+    """Grove's ClusterTopologyBinding webhook (operator/internal/webhook/admission/clustertopology/validation/
+    validation.go:41-60: unique domains and keys) and the PodCliqueSet webhook's look-up of the binding its
+    constraints name (pcs/validation/podcliqueset.go:741-770 and topologyconstraints.go:142-172: the binding
+    exists, every required or preferred domain is one of its levels, and a child's required domain is not
+    broader than its parent's, topologyconstraints.go:207-290). ``existing``: bindings the cluster already has."""
+    out: list[str] = []
+    levels: dict[str, list[str]] = {name: [] for name in existing}
+    for d in docs:
+        if d["kind"] == "ClusterTopologyBinding":
+            domains = [lv["domain"] for lv in d["spec"]["levels"]]
+            keys = [lv["key"] for lv in d["spec"]["levels"]]
+            out += [f"ClusterTopologyBinding {d['metadata']['name']!r}: {m}" for m in _unique(domains, "domain")]
+            out += [f"ClusterTopologyBinding {d['metadata']['name']!r}: {m}" for m in _unique(keys, "key")]
+            levels[d["metadata"]["name"]] = domains
+    for d in docs:
+        if d["kind"] != "PodCliqueSet":
+            continue
+        t = d["spec"]["template"]
+        name = f"PodCliqueSet {d['metadata']['name']!r}"
+        pcs_tc = t.get("topologyConstraint") or {}
+        owners = [pcs_tc, *(g.get("topologyConstraint") or {} for g in t.get("podCliqueScalingGroups", []))]
+        owners += [c.get("topologyConstraint") or {} for c in t.get("cliques", [])]
+        binding = pcs_tc.get("topologyName") or next((o["topologyName"] for o in owners if "topologyName" in o), None)
+        if binding is None:
+            continue
+        if binding not in levels:
+            out.append(f"{name}: ClusterTopologyBinding {binding!r} not found")
+            continue
+        order = levels[binding]
+        for o in owners:
+            for which in ("required", "preferred"):
+                dom = (o.get("pack") or {}).get(which)
+                if dom is not None and order and dom not in order:
+                    out.append(f"{name}: domain {dom!r} is not a level of ClusterTopologyBinding {binding!r}")
+        parent = (pcs_tc.get("pack") or {}).get("required")
+        for o in owners[1:]:
+            child = (o.get("pack") or {}).get("required")
+            if parent in order and child in order and order.index(child) < order.index(parent):
+                out.append(f"{name}: a child's required domain {child!r} is broader than the PodCliqueSet's {parent!r}")
+    return out
