@@ -576,13 +576,13 @@ KUEUE = "kueue.x-k8s.io/"
 
 def kueue_pod_groups(docs: Iterable[dict]) -> list[str]:
     """Kueue's checks on plain-Pod groups with TAS annotations (kubernetes-sigs/kueue
-    pkg/controller/jobframework/tas_validation.go at ff69552e79ad, the main read for this): per pod ValidateTASPodSetRequest (:34-110): at most one of
-    required / preferred / unconstrained (:51), slice size only with a slice topology and back (:102-108), slice
-    size a positive integer (:131-156), podset-group-name not a number (:158) and never with slice annotations
-    (:73-95); per PodSet (pods of one group and role hash) the slice size not above its pod count (:170-190);
-    podset groups of exactly 2 PodSets, one of them a single pod, with the same required / preferred
-    topology (:214-300); the pod index label below the group's total count (pkg/controller/jobs/pod/
-    pod_controller.go:850), and every pod of a group agreeing on the total."""
+    pkg/controller/jobframework/tas_validation.go at ff69552e79ad, the main read for this). Per pod,
+    ValidateTASPodSetRequest (:34-110): at most one of required / preferred / unconstrained (:51), slice size
+    only with a slice topology and back (:102-108), slice size a positive integer (:131-156), podset-group-name
+    not a number (:158) and never with slice annotations (:73-95). Per PodSet (pods of one group and role
+    hash): the slice size not above its pod count (:170-190). Podset groups: exactly 2 PodSets, one of them a
+    single pod, with the same required / preferred topology (:214-300). The pod index label below the group's
+    total count (pkg/controller/jobs/pod/pod_controller.go:850), and every pod of a group agreeing on it."""
     out: list[str] = []
     podsets: dict[tuple[str, str], list[dict]] = {}
     totals: dict[str, set[str]] = {}
