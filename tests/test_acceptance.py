@@ -16,6 +16,7 @@ from k8s_acceptance import (
     assert_accepted,
     crds,
     grove_name_length,
+    kueue_pod_groups,
     problems,
     sources,
 )
@@ -247,3 +248,55 @@ def test_a_digit_first_name_is_refused_at_load(tmp_path):
     path = _renamed(tmp_path, "llama-70b-disagg", "70b-llama")
     with pytest.raises(InputError, match=r"metadata\.name.*70b-llama.*start with a letter"):
         load_spec(path)
+
+
+# ---- what the README's table says each scheduler enforces natively ------------------------------------
+
+TWO_LEAVES = """\
+apiVersion: placer.dev/v1alpha1
+kind: Cluster
+metadata: {name: two-leaves}
+nodeClasses:
+  dgx-h100: {gpus: {count: 8, product: NVIDIA-H100-80GB-HBM3, memoryGiB: 80}, nvlinkGBps: 900, cpu: "224", memory: 2Ti}
+nodes:
+  - {name: a1, class: dgx-h100, rack: ra1, leaf: la}
+  - {name: a2, class: dgx-h100, rack: ra2, leaf: la}
+  - {name: b1, class: dgx-h100, rack: rb1, leaf: lb}
+  - {name: b2, class: dgx-h100, rack: rb2, leaf: lb}
+"""
+
+
+def _tp16_pair(tmp_path: Path):
+    """Two TP16 instances (2 nodes x 8 GPUs, required inside one leaf) on two leaves of two nodes each: each
+    instance fills one leaf, so the role spans the spine and only a per-instance rule keeps a TP group whole."""
+    doc = yaml.safe_load((ROOT / "fixtures" / "specs" / "tp16-multinode.yaml").read_text())
+    doc["pools"]["aggregated"]["instances"] = 2
+    spec_path = tmp_path / "pair.yaml"
+    spec_path.write_text(yaml.safe_dump(doc))
+    (tmp_path / "two-leaves.yaml").write_text(TWO_LEAVES)
+    spec = load_spec(spec_path)
+    topo = build_topology(load_cluster(tmp_path / "two-leaves.yaml"))
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    return spec, topo, placement, verify_placement(spec, topo, placement)
+
+
+def test_kueue_keeps_each_tp16_instance_of_a_pair_inside_its_leaf(tmp_path):
+    """README: Kueue holds "TP group inside one domain" natively when instances are uniform (PodSet slices).
+    Kueue assigns a PodSet's pods to slices by their pod-group-pod-index rank (kueue pkg/controller/tas/
+    topology_ungater.go readRanksForLabels: rank = index - offset; rankToDomainID gives consecutive ranks to
+    one slice domain), and each slice of podset-slice-size pods lands in one domain of the slice topology."""
+    solved = _tp16_pair(tmp_path)
+    spec, topo, placement, _ = solved
+    leaves = {tuple(sorted({p.node[0] for p in i.pods})) for r in placement.replicas for i in r.instances}
+    assert leaves == {("a",), ("b",)}  # one instance per leaf: the pair spans the spine
+    docs = build_manifests(*solved, target="kueue")
+    assert_accepted(docs)
+    assert kueue_pod_groups(docs) == []
+    pods = [d for d in docs if d["kind"] == "Pod"]
+    notes = pods[0]["metadata"]["annotations"]
+    assert notes["kueue.x-k8s.io/podset-slice-required-topology"] == "placer.dev/leaf"
+    assert notes["kueue.x-k8s.io/podset-slice-size"] == "2"
+    by_rank = sorted(pods, key=lambda p: int(p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-pod-index"]))
+    slices = [by_rank[k : k + 2] for k in range(0, len(by_rank), 2)]
+    for piece in slices:  # each slice Kueue keeps in one leaf is exactly one TP16 instance
+        assert len({p["metadata"]["labels"]["placer.dev/instance"] for p in piece}) == 1
