@@ -21,14 +21,14 @@ from k8s_acceptance import (
     sources,
 )
 
-from placer.emit import build_manifests
-from placer.errors import InfeasibleError, InputError
-from placer.load import load_cluster, load_spec
+from placer.emit.manifests import build_manifests
+from placer.emit.targets import TARGETS
+from placer.model.errors import InfeasibleError, InputError
+from placer.model.load import load_cluster, load_spec
 from placer.pipeline import verify_placement
-from placer.problem import build_problem
-from placer.solve import SolveOptions, solve
-from placer.targets import TARGETS
-from placer.topology import build_topology
+from placer.solver.problem import build_problem
+from placer.solver.solve import SolveOptions, solve
+from placer.topology.graph import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted(p.stem for p in (ROOT / "fixtures" / "specs").glob("*.yaml"))
