@@ -31,6 +31,11 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "spec-bad-image.yaml": ("spec", 12, "pools.aggregated.template.image: image"),
     "spec-env-name-injection.yaml": ("spec", 14, "pools.aggregated.template.env[0].name: env name"),
     "spec-label-injection-name.yaml": ("spec", 5, "metadata.name: metadata.name 'Llama:70B'"),
+    "spec-name-starts-with-digit.yaml": (
+        "spec",
+        6,
+        "metadata.name: metadata.name '70b-llama' must start with a letter",
+    ),
     "spec-min-replicas-above-replicas.yaml": ("spec", 13, "minReplicas"),
     "spec-preferred-broader-than-required.yaml": ("spec", 11, "pools.aggregated.placement: preferred"),
     "spec-gpu-resource-in-template.yaml": ("spec", 14, "pools.aggregated.template.resources.limits"),
