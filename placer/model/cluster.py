@@ -200,6 +200,16 @@ class ClusterSpec(_Model):
     node_classes: dict[str, NodeClass] = Field(default_factory=dict)
     nodes: list[NodeSpec] = Field(min_length=1, max_length=100_000)
     overrides: list[Override] = Field(default_factory=list)
+    topology_labels: dict[Literal["nvlink-domain", "rack", "leaf"], str] = Field(
+        default_factory=dict,
+        description="Node label key that carries each level on these nodes (written by `placer cluster import`); "
+        "every --target's topology constraints use these keys.",
+    )
+
+    @field_validator("topology_labels")
+    @classmethod
+    def _label_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        return {level: k8s.check_label_key(key) for level, key in v.items()}
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterSpec:
@@ -212,4 +222,11 @@ class ClusterSpec(_Model):
                 raise ValueError(
                     f"nodes[{i}].class: {node.node_class!r} is not in nodeClasses {sorted(self.node_classes)}"
                 )
+            for level, key in self.topology_labels.items():
+                named = {"nvlink-domain": node.nvlink_domain, "rack": node.rack, "leaf": node.leaf}[level]
+                if named is not None and node.labels.get(key) != named:
+                    raise ValueError(
+                        f"nodes[{i}].labels: topologyLabels says {key} carries the {level}, but node {node.name!r} "
+                        f"has {level} {named!r} and {key}={node.labels.get(key)!r}"
+                    )
         return self

@@ -164,6 +164,7 @@ def build_topology(spec: ClusterSpec) -> Topology:
         order=order,
         crossing=crossing,
         measured={o.domain: o.source or "measured" for o in spec.overrides},
+        level_labels={str(k): v for k, v in spec.topology_labels.items()},
     )
 
 
