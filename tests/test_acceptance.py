@@ -15,6 +15,7 @@ import yaml
 from k8s_acceptance import (
     assert_accepted,
     crds,
+    grove_bindings,
     grove_name_length,
     kueue_pod_groups,
     problems,
@@ -212,7 +213,15 @@ def test_every_target_is_accepted_on_every_fixture(spec, cluster):
         assert type(solved) is NOT_PLACED.get((spec, cluster)), solved
         return
     assert (spec, cluster) not in NOT_PLACED
-    assert_accepted(d for target in TARGETS for d in _emit(solved, target))
+    _accepted(solved)
+
+
+def _accepted(solved, targets=TARGETS, **kw) -> None:
+    """Each object accepted, and across one target's objects: Kueue's pod-group rules, Grove's bindings."""
+    for target in targets:
+        docs = _emit(solved, target)
+        assert_accepted(docs, **kw)
+        assert kueue_pod_groups(docs) + grove_bindings(docs) == [], target
 
 
 def _renamed(tmp_path: Path, spec: str, name: str) -> Path:
@@ -239,9 +248,10 @@ def test_a_30_character_name_is_accepted_or_refused_as_input_by_placer(spec, clu
         try:
             docs = _emit(solved, target)
         except InputError as exc:
-            assert target == "grove" and "45" in str(exc), (target, str(exc))
+            assert target == "grove" and "allows 45 characters" in str(exc), (target, str(exc))
             continue
         assert_accepted(docs)
+        assert kueue_pod_groups(docs) + grove_bindings(docs) == [], target
 
 
 def test_a_digit_first_name_is_refused_at_load(tmp_path):

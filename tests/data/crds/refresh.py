@@ -28,7 +28,10 @@ FILES: dict[str, list[str]] = {
         "deployments/kai-scheduler/crds/kai.scheduler_topologies.yaml",
     ],
     "volcano-sh/volcano": ["config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml"],
-    "ai-dynamo/grove": ["operator/api/core/v1alpha1/crds/grove.io_podcliquesets.yaml"],
+    "ai-dynamo/grove": [
+        "operator/api/core/v1alpha1/crds/grove.io_podcliquesets.yaml",
+        "operator/api/core/v1alpha1/crds/grove.io_clustertopologybindings.yaml",
+    ],
     "kubernetes-sigs/lws": ["config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml"],
 }
 # The oldest release placer supports where it differs from main in a way the tests check (docs/TARGETS.md,
