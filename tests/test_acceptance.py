@@ -310,3 +310,35 @@ def test_kueue_keeps_each_tp16_instance_of_a_pair_inside_its_leaf(tmp_path):
     slices = [by_rank[k : k + 2] for k in range(0, len(by_rank), 2)]
     for piece in slices:  # each slice Kueue keeps in one leaf is exactly one TP16 instance
         assert len({p["metadata"]["labels"]["placer.dev/instance"] for p in piece}) == 1
+
+
+def _solve_doc(tmp_path: Path, doc: dict, cluster_text: str = TWO_LEAVES):
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(doc))
+    (tmp_path / "cluster.yaml").write_text(cluster_text)
+    spec = load_spec(spec_path)
+    topo = build_topology(load_cluster(tmp_path / "cluster.yaml"))
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    return spec, topo, placement, verify_placement(spec, topo, placement)
+
+
+def test_kueue_groups_the_two_roles_of_an_uneven_instance(tmp_path):
+    """TP12 on 8-GPU nodes: one instance of an 8-GPU and a 4-GPU pod, two Kueue roles of one pod each. They
+    form a PodSet group (podset-group-name = the instance) requiring the instance's leaf, and their pod
+    indices follow Kueue's group ranking: the first by name at 0, the other after it."""
+    doc = yaml.safe_load((ROOT / "fixtures" / "specs" / "tp16-multinode.yaml").read_text())
+    pool = doc["pools"]["aggregated"]
+    pool["tensorParallel"] = 12
+    del pool["nodeCount"], pool["gpusPerNode"]
+    pool["template"]["args"] = ["--tensor-parallel-size", "12"]
+    solved = _solve_doc(tmp_path, doc)
+    docs = build_manifests(*solved, target="kueue")
+    assert_accepted(docs)
+    assert kueue_pod_groups(docs) == []
+    pods = {d["metadata"]["annotations"]["kueue.x-k8s.io/role-hash"]: d for d in docs if d["kind"] == "Pod"}
+    assert sorted(pods) == ["aggregated-g4", "aggregated-g8"]
+    for role, index in (("aggregated-g4", "0"), ("aggregated-g8", "1")):
+        notes = pods[role]["metadata"]["annotations"]
+        assert notes["kueue.x-k8s.io/podset-group-name"] == "aggregated-0"
+        assert notes["kueue.x-k8s.io/podset-required-topology"] == "placer.dev/leaf"
+        assert pods[role]["metadata"]["labels"]["kueue.x-k8s.io/pod-group-pod-index"] == index
