@@ -7,6 +7,7 @@ verdict is known from the upstream source."""
 from __future__ import annotations
 
 import copy
+import re
 from functools import cache
 from pathlib import Path
 
@@ -342,3 +343,59 @@ def test_kueue_groups_the_two_roles_of_an_uneven_instance(tmp_path):
         assert notes["kueue.x-k8s.io/podset-group-name"] == "aggregated-0"
         assert notes["kueue.x-k8s.io/podset-required-topology"] == "placer.dev/leaf"
         assert pods[role]["metadata"]["labels"]["kueue.x-k8s.io/pod-group-pod-index"] == index
+
+
+# ---- supported versions (docs/TARGETS.md) ---------------------------------------------------------------
+
+# target -> (oldest release placer supports, the vendored CRDs of that release)
+OLDEST = {
+    "kai": ("v0.12.0", "kai-scheduler-v0.12.0"),
+    "volcano": ("1.12", "volcano-v1.12.0"),
+    "grove": ("v0.1.0-alpha.10", "grove-v0.1.0-alpha.10"),
+    "lws": ("v0.3.0", "lws-v0.3.0"),
+}
+
+
+@pytest.mark.parametrize("target", sorted(OLDEST))
+def test_the_oldest_supported_release_accepts_what_placer_prints_for_it(target):
+    for spec, cluster in (("llama-70b-disagg", "dgx-h100-1024"), ("tp16-multinode", "dgx-h100-1024")):
+        solved = _solved(ROOT / "fixtures" / "specs" / f"{spec}.yaml", cluster)
+        version, release = OLDEST[target]
+        assert_accepted(build_manifests(*solved, target=target, target_version=version), release=release)
+
+
+def test_volcano_before_1_14_gets_no_subgroup_policy_and_would_refuse_it():
+    solved = _solved(ROOT / "fixtures" / "specs" / "tp16-multinode.yaml", "dgx-h100-1024")
+    newest = [d for d in build_manifests(*solved, target="volcano") if d["kind"] == "PodGroup"]
+    assert all("subGroupPolicy" in d["spec"] for d in newest)
+    assert problems(newest[0], release="volcano-v1.14.0") == []
+    assert any("spec.subGroupPolicy: unknown field" in m for m in problems(newest[0], release="volcano-v1.12.0"))
+    for version in ("1.12", "v1.13.0"):
+        older = [
+            d for d in build_manifests(*solved, target="volcano", target_version=version) if d["kind"] == "PodGroup"
+        ]
+        assert all(
+            "subGroupPolicy" not in d["spec"] and "networkTopology" in d["spec"]
+            for d in older
+            if d["kind"] == "PodGroup"
+        )
+
+
+@pytest.mark.parametrize(
+    ("target", "version", "message"),
+    [
+        (
+            "volcano",
+            "1.11",
+            "Volcano before 1.12.0 has no networkTopology on PodGroups; placer supports Volcano 1.12.0",
+        ),
+        ("kai", "v0.10.0", "KAI-Scheduler before v0.12.0 has no kai.scheduler/v1alpha1 Topology"),
+        ("grove", "v0.1.0-alpha.9", "Grove before v0.1.0-alpha.10 has no pack.required"),
+        ("kueue", "0.12", "Kueue before v0.13.0 has no PodSet slices"),
+        ("lws", "v0.2.0", "LeaderWorkerSet before v0.3.0 has no startupPolicy"),
+    ],
+)
+def test_a_release_older_than_supported_is_refused_naming_the_oldest(target, version, message):
+    solved = _solved(ROOT / "fixtures" / "specs" / "tp16-multinode.yaml", "dgx-h100-1024")
+    with pytest.raises(InputError, match=re.escape(f"--target-version {version}: {message}")):
+        build_manifests(*solved, target=target, target_version=version)

@@ -144,7 +144,7 @@ def version_key(release: str) -> tuple[int, ...]:
     numbers = tuple(int(n) for n in re.findall(r"\d+", release))
     if not numbers:
         raise InputError(f"--target-version {release!r}: expected a release such as 1.14 or v0.1.0-alpha.10")
-    return numbers
+    return numbers + (0,) * (4 - len(numbers))  # 1.12 == 1.12.0
 
 
 def cluster_labels(spec: ServingTopology, component: str) -> dict[str, str]:
