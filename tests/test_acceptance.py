@@ -7,6 +7,7 @@ verdict is known from the upstream source."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 from functools import cache
 from pathlib import Path
@@ -25,6 +26,8 @@ from k8s_acceptance import (
 
 from placer.emit.manifests import build_manifests
 from placer.emit.targets import TARGETS
+from placer.importers.document import dump_cluster
+from placer.importers.run import ImportOptions, import_cluster
 from placer.model.errors import InfeasibleError, InputError
 from placer.model.load import load_cluster, load_spec
 from placer.pipeline import verify_placement
@@ -399,3 +402,52 @@ def test_a_release_older_than_supported_is_refused_naming_the_oldest(target, ver
     solved = _solved(ROOT / "fixtures" / "specs" / "tp16-multinode.yaml", "dgx-h100-1024")
     with pytest.raises(InputError, match=re.escape(f"--target-version {version}: {message}")):
         build_manifests(*solved, target=target, target_version=version)
+
+
+# ---- constraints on the labels the cluster has -------------------------------------------------------
+
+
+def _gfd_node(name: str, labels: dict[str, str]) -> dict:
+    gfd = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559"}
+    gfd |= {"nvidia.com/gpu.compute.major": "9", "nvidia.com/gpu.compute.minor": "0"}
+    return {
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name} | gfd | labels},
+        "status": {
+            "capacity": {"cpu": "224", "memory": "2Ti", "nvidia.com/gpu": "8"},
+            "allocatable": {"cpu": "220", "memory": "1900Gi", "nvidia.com/gpu": "8"},
+        },
+    }
+
+
+def test_an_imported_topograph_cluster_gets_constraints_on_topograph_keys(tmp_path):
+    """Nodes labelled by topograph v1.0 (fabric.topograph.run/tier-0 = the leaf switch) imported with
+    `placer cluster import`: the cluster file records that key for the leaf, and every target that names a
+    level in its constraints names that key, never placer.dev/leaf."""
+    leaf = {"dgx-01": "s1", "dgx-02": "s1", "dgx-03": "s2", "dgx-04": "s2"}
+    nodes = [_gfd_node(n, {"fabric.topograph.run/tier-0": s}) for n, s in leaf.items()]
+    nodes_json = tmp_path / "nodes.json"
+    nodes_json.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
+    result = import_cluster(ImportOptions(nodes=nodes_json, name="topograph-lab"))
+    assert result.document["topologyLabels"] == {"leaf": "fabric.topograph.run/tier-0"}
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(dump_cluster(result.document))
+    spec = load_spec(ROOT / "fixtures" / "specs" / "tp16-multinode.yaml")
+    topo = build_topology(load_cluster(cluster))
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    solved = (spec, topo, placement, verify_placement(spec, topo, placement))
+    _accepted(solved)
+    out = {t: json.dumps(build_manifests(*solved, target=t)) for t in TARGETS}
+    assert not any("placer.dev/leaf" in text or "placer.dev/rack" in text for text in out.values())
+    kai = build_manifests(*solved, target="kai")
+    topology = next(d for d in kai if d["kind"] == "Topology")
+    assert topology["spec"]["levels"] == [
+        {"nodeLabel": "fabric.topograph.run/tier-0"},
+        {"nodeLabel": "kubernetes.io/hostname"},
+    ]
+    group = next(d for d in kai if d["kind"] == "PodGroup")
+    assert group["spec"]["topologyConstraint"]["requiredTopologyLevel"] == "fabric.topograph.run/tier-0"
+    binding = next(d for d in build_manifests(*solved, target="grove") if d["kind"] == "ClusterTopologyBinding")
+    assert binding["spec"]["levels"][0] == {"domain": "block", "key": "fabric.topograph.run/tier-0"}
+    pod = next(d for d in build_manifests(*solved, target="kueue") if d["kind"] == "Pod")
+    assert pod["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] == "fabric.topograph.run/tier-0"

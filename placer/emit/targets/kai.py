@@ -55,7 +55,9 @@ def _constraint(ctx: Context, level: str, preferred: str | None = None) -> dict[
     out = {"topology": topology_name(ctx)}
     if required is not None:
         out["requiredTopologyLevel"] = required
-    if preferred is not None and LEVEL_RANK[preferred] < LEVEL_RANK[level]:
+    if preferred == "socket":
+        preferred = "node"
+    if preferred in ctx.levels_present and LEVEL_RANK[preferred] < LEVEL_RANK[level]:  # a level the Topology has
         pref = ctx.level_label(preferred)
         if pref is not None and pref != required:
             out["preferredTopologyLevel"] = pref
