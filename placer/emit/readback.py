@@ -58,6 +58,8 @@ def _one_deployment(path: Path, docs: list[dict[str, Any]], wanted: str | None) 
     """The documents of one deployment: all of them when the file holds one, else the one asked for."""
 
     def key(doc: dict[str, Any]) -> tuple[str, str] | None:
+        if _shared(doc):
+            return None
         meta = _dict(doc.get("metadata"))
         name = meta.get("name") if doc.get("kind") == "Placement" else _labels(doc).get("app.kubernetes.io/name")
         return (str(meta.get("namespace") or "default"), str(name)) if name else None
@@ -362,7 +364,14 @@ def _node_name(doc: dict[str, Any]) -> str | None:
 
 def _is_placer(doc: dict[str, Any]) -> bool:
     labels = _labels(doc)
-    return labels.get("app.kubernetes.io/managed-by") == "placer" and bool(labels.get("app.kubernetes.io/name"))
+    named = labels.get("app.kubernetes.io/managed-by") == "placer" and bool(labels.get("app.kubernetes.io/name"))
+    return named and not _shared(doc)
+
+
+def _shared(doc: dict[str, Any]) -> bool:
+    """A cluster's topology object (KAI Topology, Grove ClusterTopologyBinding): every deployment on that
+    cluster shares it, so it belongs to none of them."""
+    return _labels(doc).get("app.kubernetes.io/component") == "topology"
 
 
 def _int(value: Any) -> int | None:
