@@ -352,6 +352,7 @@ def test_kueue_groups_the_two_roles_of_an_uneven_instance(tmp_path):
 
 # target -> (oldest release placer supports, the vendored CRDs of that release)
 OLDEST = {
+    "coscheduling": ("v0.25.7", "scheduler-plugins-v0.25.7"),  # first release with scheduling.x-k8s.io
     "kai": ("v0.12.0", "kai-scheduler-v0.12.0"),
     "volcano": ("1.12", "volcano-v1.12.0"),
     "grove": ("v0.1.0-alpha.10", "grove-v0.1.0-alpha.10"),
@@ -365,6 +366,14 @@ def test_the_oldest_supported_release_accepts_what_placer_prints_for_it(target):
         solved = _solved(ROOT / "fixtures" / "specs" / f"{spec}.yaml", cluster)
         version, release = OLDEST[target]
         assert_accepted(build_manifests(*solved, target=target, target_version=version), release=release)
+
+
+def test_kubernetes_1_29_accepts_the_built_in_kinds_of_every_target_but_dra():
+    """DRA's resource.k8s.io/v1 is 1.34 and later; every other target's Pods, Deployments and Services (and
+    the pod templates inside custom kinds) are accepted from 1.29 on."""
+    for spec, cluster in (("llama-70b-disagg", "gb200-nvl72-1008"), ("tp16-multinode", "dgx-h100-1024")):
+        solved = _solved(ROOT / "fixtures" / "specs" / f"{spec}.yaml", cluster)
+        _accepted(solved, [t for t in TARGETS if t != "dra"], k8s_version="1.29")
 
 
 def test_volcano_before_1_14_gets_no_subgroup_policy_and_would_refuse_it():

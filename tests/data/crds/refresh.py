@@ -37,6 +37,7 @@ FILES: dict[str, list[str]] = {
 # The oldest release placer supports where it differs from main in a way the tests check (docs/TARGETS.md,
 # "Supported versions"): repository -> {release tag: paths}; vendored under upstream/<name>-<tag>/.
 OLDEST: dict[str, dict[str, list[str]]] = {
+    "kubernetes-sigs/scheduler-plugins": {"v0.25.7": FILES["kubernetes-sigs/scheduler-plugins"]},
     "kai-scheduler/KAI-Scheduler": {"v0.12.0": FILES["kai-scheduler/KAI-Scheduler"]},
     "volcano-sh/volcano": {"v1.12.0": FILES["volcano-sh/volcano"], "v1.14.0": FILES["volcano-sh/volcano"]},
     "ai-dynamo/grove": {"v0.1.0-alpha.10": FILES["ai-dynamo/grove"]},
