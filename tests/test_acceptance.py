@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from k8s_acceptance import (
+    apply_defaults,
     assert_accepted,
     crds,
     grove_bindings,
@@ -22,6 +23,7 @@ from k8s_acceptance import (
     kueue_pod_groups,
     problems,
     sources,
+    validate_schema,
 )
 
 from placer.emit.manifests import build_manifests
@@ -144,6 +146,37 @@ def test_harness_evaluates_cel_rules_as_on_create():
     assert any("pack must specify" in m for m in problems(_pcs(tc={"pack": {}, "topologyName": "t"})))
 
 
+def test_harness_reads_structural_schemas_as_kubernetes_does():
+    schema = {
+        "type": "object",
+        "properties": {
+            "surge": {"x-kubernetes-int-or-string": True},
+            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            "template": {"type": "object", "x-kubernetes-embedded-resource": True, "properties": {}},
+            "ports": {
+                "type": "array",
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+                "items": {"type": "object", "properties": {"name": {"type": "string"}}},
+            },
+            "mode": {
+                "type": "string",
+                "default": "hard",
+                "x-kubernetes-validations": [{"rule": "self == 'hard'", "message": "only hard"}],
+            },
+        },
+    }
+    good = {"surge": "50%", "free": {"anything": [1]}, "template": {"apiVersion": "v1", "kind": "Pod"}}
+    assert validate_schema(apply_defaults(good, schema), schema) == [] and good["mode"] == "hard"
+    assert validate_schema({"surge": True}, schema) == ["surge: must be an integer or a string"]
+    dup = {"ports": [{"name": "http"}, {"name": "http"}]}
+    assert validate_schema(dup, schema) == ["ports: duplicate map keys ['name']"]
+    assert validate_schema({"mode": "soft"}, schema) == ["mode: only hard"]
+    assert validate_schema({"template": {"spec": {}}}, schema) == [
+        "template.spec: unknown field (the API server would prune it)"
+    ]
+
+
 def test_harness_restates_the_grove_webhook():
     pod = {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.11.0"}]}
 
@@ -256,6 +289,17 @@ def test_a_30_character_name_is_accepted_or_refused_as_input_by_placer(spec, clu
             continue
         assert_accepted(docs)
         assert kueue_pod_groups(docs) + grove_bindings(docs) == [], target
+
+
+def test_grove_refuses_names_past_its_45_character_budget(tmp_path):
+    solved = _solved(_renamed(tmp_path, "tp16-multinode", NAME_30), "dgx-h100-1024")
+    with pytest.raises(InputError) as err:
+        build_manifests(*solved, target="grove")
+    assert str(err.value) == (
+        "--target grove: Grove names pods after the PodCliqueSet, scaling group and clique, and allows 45 "
+        "characters for them together; 'llama-70b-disaggregated-servin-r0' (33) + 'aggregated-0' (12) + "
+        "'aggregated-0-l' (14) = 59 (shorten metadata.name or the pool name)"
+    )
 
 
 def test_a_digit_first_name_is_refused_at_load(tmp_path):
@@ -460,3 +504,15 @@ def test_an_imported_topograph_cluster_gets_constraints_on_topograph_keys(tmp_pa
     assert binding["spec"]["levels"][0] == {"domain": "block", "key": "fabric.topograph.run/tier-0"}
     pod = next(d for d in build_manifests(*solved, target="kueue") if d["kind"] == "Pod")
     assert pod["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] == "fabric.topograph.run/tier-0"
+
+
+def test_the_cli_takes_target_version_and_refuses_an_unsupported_release():
+    from test_cli import AGG, SMALL, run
+
+    older = run("solve", AGG, SMALL, "--target", "volcano", "--target-version", "1.13")
+    assert older.returncode == 0, older.stderr
+    groups = [d for d in yaml.safe_load_all(older.stdout) if d and d["kind"] == "PodGroup"]
+    assert groups and all("subGroupPolicy" not in g["spec"] for g in groups)
+    refused = run("solve", AGG, SMALL, "--target", "volcano", "--target-version", "1.11")
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert "--target-version 1.11: Volcano before 1.12.0 has no networkTopology on PodGroups" in refused.stderr
