@@ -35,13 +35,17 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "tests" / "data" / "samples"
 SLICES = SAMPLES / "dra-resourceslices-nvidia-driver-docs.json"
 ATTRIBUTES = json.loads((ROOT / "tests" / "data" / "dra" / "nvidia-gpu-device-attributes.json").read_text())
-CD_CRD = ROOT / "tests" / "data" / "crds" / "upstream" / "dra-driver-nvidia-gpu__resource.nvidia.com_computedomains.yaml"
+CD_CRD = (
+    ROOT / "tests" / "data" / "crds" / "upstream" / "dra-driver-nvidia-gpu__resource.nvidia.com_computedomains.yaml"
+)
 SPECS = ROOT / "fixtures" / "specs"
 CLUSTERS = ROOT / "fixtures" / "clusters"
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "placer", *map(str, args)], capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "placer", *map(str, args)], capture_output=True, text=True, check=False
+    )
 
 
 def with_gpu_ids(cluster: ClusterSpec) -> ClusterSpec:
@@ -100,14 +104,19 @@ U = [f"GPU-{i:08x}-5a5f-aa66-7660-471eed407181" for i in range(3)]
 
 def test_gpus_are_numbered_in_pci_bus_order_as_nvidia_smi_does():
     # Device names follow /dev/nvidia minors; nvidia-smi numbers by bus id: 0a < 65 < c1.
-    text = _slice_with([_gpu("gpu-0", U[0], "0000:c1:00.0"), _gpu("gpu-1", U[1], "0000:0a:00.0"), _gpu("gpu-2", U[2], "0000:65:00.0")])
+    text = _slice_with(
+        [_gpu("gpu-0", U[0], "0000:c1:00.0"), _gpu("gpu-1", U[1], "0000:0a:00.0"), _gpu("gpu-2", U[2], "0000:65:00.0")]
+    )
     ids = parse_resourceslices(text, "s.json").by_node()["ipp1-0033"]
     assert [(g.index, g.uuid) for g in ids] == [(0, U[1]), (1, U[2]), (2, U[0])]
 
 
 def test_a_v25_3_driver_slice_uses_its_index_and_pcieBusID_attributes():
     # v25.3.x published `index` and the driver's own `pcieBusID` (tests/data/dra/nvidia-gpu-device-attributes.json).
-    old = [_gpu(f"gpu-{i}", U[i], None, index={"int": 1 - i}, pcieBusID={"string": f"0000:{0x20 + i:02x}:00.0"}) for i in range(2)]
+    old = [
+        _gpu(f"gpu-{i}", U[i], None, index={"int": 1 - i}, pcieBusID={"string": f"0000:{0x20 + i:02x}:00.0"})
+        for i in range(2)
+    ]
     assert set(ATTRIBUTES["releases"]["v25.3.0"]["always"]) >= {"index", "pcieBusID", "uuid"}
     ids = parse_resourceslices(_slice_with(old), "s.json").by_node()["ipp1-0033"]
     assert [(g.index, g.uuid, g.bus_id) for g in ids] == [(0, U[1], "0000:21:00.0"), (1, U[0], "0000:20:00.0")]
@@ -115,7 +124,12 @@ def test_a_v25_3_driver_slice_uses_its_index_and_pcieBusID_attributes():
 
 @pytest.mark.parametrize(
     ("raw", "norm"),
-    [("00000000:65:00.0", "0000:65:00.0"), ("0000:0A:00.0", "0000:0a:00.0"), ("65:00.0", "0000:65:00.0"), ("gpu0", None)],
+    [
+        ("00000000:65:00.0", "0000:65:00.0"),
+        ("0000:0A:00.0", "0000:0a:00.0"),
+        ("65:00.0", "0000:65:00.0"),
+        ("gpu0", None),
+    ],
 )
 def test_bus_ids_are_normalised_to_the_drivers_form(raw, norm):
     assert normalize_bus_id(raw) == norm
@@ -130,7 +144,9 @@ def test_bus_ids_are_normalised_to_the_drivers_form(raw, norm):
             "items[0].spec.devices[0].attributes.uuid: expected GPU-",
         ),
         (
-            lambda d: d["items"][0]["spec"]["devices"][0]["attributes"]["resource.kubernetes.io/pciBusID"].update(string="slot 3"),
+            lambda d: d["items"][0]["spec"]["devices"][0]["attributes"]["resource.kubernetes.io/pciBusID"].update(
+                string="slot 3"
+            ),
             "is not a PCI address",
         ),
     ],
@@ -153,7 +169,9 @@ def test_cluster_import_records_gpu_ids_from_resourceslices(tmp_path):
     done = run("cluster", "import", "--nodes", tmp_path / "nodes.json", "--resourceslices", SLICES, "-o", out)
     assert done.returncode == 0, done.stderr
     (node,) = yaml.safe_load(out.read_text())["nodes"]
-    assert node["gpuIds"] == [{"index": 0, "uuid": "GPU-2fa81118-5a5f-aa66-7660-471eed407181", "pciBusID": "0000:65:00.0"}]
+    assert node["gpuIds"] == [
+        {"index": 0, "uuid": "GPU-2fa81118-5a5f-aa66-7660-471eed407181", "pciBusID": "0000:65:00.0"}
+    ]
     assert "ResourceSlices" in done.stderr and "gpuIds" in done.stderr
     assert load_cluster(out).nodes[0].gpu_ids[0].pci_bus_id == "0000:65:00.0"
 
@@ -217,7 +235,9 @@ def test_bus_ids_are_the_fallback_and_select_through_the_standard_attribute():
             g.pop("uuid", None)
     spec, topo, placement, report = _solve("aggregated-tp8", ClusterSpec.model_validate(data))
     docs = build_manifests(spec, topo, placement, report, target="dra")
-    expr = next(d for d in docs if d["kind"] == "ResourceClaimTemplate")["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"]["expression"]
+    expr = next(d for d in docs if d["kind"] == "ResourceClaimTemplate")["spec"]["spec"]["devices"]["requests"][0][
+        "exactly"
+    ]["selectors"][0]["cel"]["expression"]
     assert 'device.attributes["resource.kubernetes.io"].pciBusID in [' in expr
     assert "resource.kubernetes.io/pciBusID" in ATTRIBUTES["releases"]["main"]["always"]
 
@@ -256,7 +276,9 @@ def _strict(schema: dict) -> dict:
 
 
 def test_trays_of_one_nvl72_share_a_compute_domain_validated_against_the_drivers_crd():
-    spec, topo, placement, report = _solve("llama-70b-disagg", with_gpu_ids(load_cluster(CLUSTERS / "gb200-nvl72-1008.yaml")))
+    spec, topo, placement, report = _solve(
+        "llama-70b-disagg", with_gpu_ids(load_cluster(CLUSTERS / "gb200-nvl72-1008.yaml"))
+    )
     docs = build_manifests(spec, topo, placement, report, target="dra")
     domains = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ComputeDomain"}
     spanning = [i for r in placement.replicas for i in r.instances if len({p.node for p in i.pods}) > 1]
@@ -276,7 +298,9 @@ def test_trays_of_one_nvl72_share_a_compute_domain_validated_against_the_drivers
     by_instance: dict[str, set[str]] = {}
     for pod in pods:
         key = pod["metadata"]["labels"]["placer.dev/instance"]
-        by_instance.setdefault(key, set()).add({c["name"]: c["resourceClaimTemplateName"] for c in pod["spec"]["resourceClaims"]}["imex-channel"])
+        by_instance.setdefault(key, set()).add(
+            {c["name"]: c["resourceClaimTemplateName"] for c in pod["spec"]["resourceClaims"]}["imex-channel"]
+        )
     assert all(len(v) == 1 for v in by_instance.values())
 
 
@@ -284,10 +308,13 @@ def test_single_node_instances_get_no_compute_domain():
     spec, topo, placement, report = _solve("aggregated-tp8", load_cluster(CLUSTERS / "small-mixed.yaml"))
     docs = build_manifests(spec, topo, placement, report, target="dra")
     assert "ComputeDomain" not in {d["kind"] for d in docs}
-    assert all(len(p["spec"]["resourceClaims"]) == 1 for p in docs if p["kind"] == "Pod" and "resourceClaims" in p["spec"])
+    assert all(
+        len(p["spec"]["resourceClaims"]) == 1 for p in docs if p["kind"] == "Pod" and "resourceClaims" in p["spec"]
+    )
 
 
 def test_selector_function_quotes_values():
     assert dra.selector("gpu.nvidia.com", "uuid", ["GPU-a", "GPU-b"]) == (
-        'device.attributes["gpu.nvidia.com"].type == "gpu" && device.attributes["gpu.nvidia.com"].uuid in ["GPU-a", "GPU-b"]'
+        'device.attributes["gpu.nvidia.com"].type == "gpu" && '
+        'device.attributes["gpu.nvidia.com"].uuid in ["GPU-a", "GPU-b"]'
     )

@@ -31,7 +31,9 @@ HOST = "kubernetes.io/hostname"
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "placer", *map(str, args)], capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "placer", *map(str, args)], capture_output=True, text=True, check=False
+    )
 
 
 def _solve(spec: ServingTopology, cluster: str):
@@ -57,7 +59,12 @@ def test_one_dgd_per_replica_valid_against_the_v1beta1_api(built):
         assert len(set(names)) == len(names)  # CEL: component names unique case-insensitively
         assert all("minAvailable" not in c for c in doc["spec"]["components"])  # CEL: minAvailable <= replicas holds
         for c in doc["spec"]["components"]:
-            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"} | c["podTemplate"]["metadata"], "spec": c["podTemplate"]["spec"]}
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "x"} | c["podTemplate"]["metadata"],
+                "spec": c["podTemplate"]["spec"],
+            }
             kubernetes_validate.validate(pod, "1.33", strict=True)
             assert [k["name"] for k in c["podTemplate"]["spec"]["containers"]] == ["main"]
 
@@ -82,7 +89,9 @@ def test_each_component_admits_exactly_the_nodes_placer_chose_for_its_pool(built
     _, topo, placement, docs = built
     for rep, doc in zip(placement.replicas, docs, strict=True):
         for c in doc["spec"]["components"]:
-            terms = c["podTemplate"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            terms = c["podTemplate"]["spec"]["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            ]["nodeSelectorTerms"]
             (expr,) = terms[0]["matchExpressions"]
             assert expr["key"] == HOST and expr["operator"] == "In"
             if c["type"] == "frontend":
@@ -126,13 +135,24 @@ def test_grove_name_limit_is_checked_before_the_webhook_refuses_it():
 
 @pytest.mark.parametrize(
     ("image", "framework"),
-    [("vllm/vllm-openai:v0.11.0", "vllm"), ("nvcr.io/nvidia/ai-dynamo/sglang-runtime:0.6.0", "sglang"), ("nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.6.0", "trtllm"), ("busybox", None)],
+    [
+        ("vllm/vllm-openai:v0.11.0", "vllm"),
+        ("nvcr.io/nvidia/ai-dynamo/sglang-runtime:0.6.0", "sglang"),
+        ("nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.6.0", "trtllm"),
+        ("busybox", None),
+    ],
 )
 def test_backend_is_read_from_the_image_name(image, framework):
     assert dynamo.backend(image)[0] == framework
 
 
 def test_cli_dynamo_prints_only_manifests():
-    done = run("solve", ROOT / "fixtures" / "specs" / "aggregated-tp8.yaml", ROOT / "fixtures" / "clusters" / "small-mixed.yaml", "--target", "dynamo")
+    done = run(
+        "solve",
+        ROOT / "fixtures" / "specs" / "aggregated-tp8.yaml",
+        ROOT / "fixtures" / "clusters" / "small-mixed.yaml",
+        "--target",
+        "dynamo",
+    )
     assert done.returncode == 0, done.stderr
-    assert re.match(r"apiVersion: nvidia.com/v1beta1\nkind: DynamoGraphDeployment\n", done.stdout)
+    assert re.match(r"(---\n)?apiVersion: nvidia.com/v1beta1\nkind: DynamoGraphDeployment\n", done.stdout)

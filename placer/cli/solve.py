@@ -24,6 +24,7 @@ class Target(StrEnum):
     grove = "grove"
     lws = "lws"
     dra = "dra"
+    dynamo = "dynamo"
 
 
 def solve_command(
@@ -82,7 +83,8 @@ def solve_command(
         typer.Option(
             "--target",
             "-t",
-            help="Output flavour: coscheduling (default), kai, volcano, kueue, grove, lws, dra (docs/TARGETS.md).",
+            help="Output flavour: coscheduling (default), kai, volcano, kueue, grove, lws, dra, dynamo "
+            "(docs/TARGETS.md).",
         ),
     ] = Target.coscheduling,
     target_version: Annotated[

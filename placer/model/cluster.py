@@ -100,6 +100,28 @@ class NodeClass(_Model):
     nvlink_islands: list[list[int]] | None = Field(default=None, description=_ISLANDS)
 
 
+class GpuId(_Model):
+    """Identifiers of one GPU, as its DRA driver publishes them: what ``--target dra`` selects GPUs by.
+
+    ``placer cluster import`` writes them from ResourceSlices (``--resourceslices``: uuid and bus id) and
+    NCCL topology dumps (``--nccl-xml``: bus id). Per node, because a uuid belongs to one physical GPU."""
+
+    index: int = Field(ge=0, le=255)
+    uuid: str | None = Field(default=None, pattern=r"^GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
+    pci_bus_id: str | None = Field(
+        default=None,
+        alias="pciBusID",
+        pattern=r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$",
+        description="PCI address, domain:bus:device.function, lower case (0000:65:00.0).",
+    )
+
+    @model_validator(mode="after")
+    def _some(self) -> GpuId:
+        if self.uuid is None and self.pci_bus_id is None:
+            raise ValueError(f"GPU {self.index}: give uuid, pciBusID or both")
+        return self
+
+
 class Used(_Model):
     cpu: Quantity = "0"
     memory: Quantity = "0"
@@ -138,6 +160,7 @@ class NodeSpec(_Model):
     nics: list[Nic] | None = None
     nvlink_islands: list[list[int]] | None = Field(default=None, description=_ISLANDS)
     busy: list[int] = Field(default_factory=list)
+    gpu_ids: list[GpuId] | None = Field(default=None, description="Per GPU index: uuid and PCI bus id (DRA).")
     used: Used = Used()
     metrics: Metrics = Metrics()
     schedulable: bool = True
@@ -171,6 +194,14 @@ class NodeSpec(_Model):
     def _busy(cls, v: list[int]) -> list[int]:
         if len(set(v)) != len(v):
             raise ValueError("busy lists a GPU index twice")
+        return v
+
+    @field_validator("gpu_ids")
+    @classmethod
+    def _gpu_ids(cls, v: list[GpuId] | None) -> list[GpuId] | None:
+        indices = [g.index for g in v or []]
+        if len(set(indices)) != len(indices):
+            raise ValueError("gpuIds lists a GPU index twice")
         return v
 
 

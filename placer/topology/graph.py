@@ -22,6 +22,8 @@ class Gpu:
     product: str
     memory_gib: float
     socket: int
+    uuid: str | None = None  # identifiers from the cluster file's gpuIds (what --target dra selects by)
+    pci_bus_id: str | None = None
 
 
 @dataclass(frozen=True)
