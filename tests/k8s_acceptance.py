@@ -34,6 +34,9 @@ import kubernetes_validate
 import yaml
 
 UPSTREAM = Path(__file__).resolve().parent / "data" / "crds" / "upstream"
+# CRDs restated from a project's API types where the published file could not be vendored whole (README.md);
+# a published CRD of the same kind in UPSTREAM wins.
+RESTATED = UPSTREAM.parent / "restated"
 K8S_VERSION = "1.34"  # built-in kinds; resource.k8s.io/v1 (DRA) is GA from 1.34
 INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 
@@ -135,6 +138,9 @@ def crds(release: str | None = None) -> dict[tuple[str, str], dict]:
     """(group, kind) -> the vendored CRD: main's, or with ``release`` (a folder ``upstream/<name>-<tag>``)
     that release's where it has one."""
     out = {}
+    for path in sorted(RESTATED.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        out[(crd["spec"]["group"], crd["spec"]["names"]["kind"])] = crd
     folders = [UPSTREAM] + ([UPSTREAM / release] if release else [])
     for folder in folders:
         if not folder.is_dir():
@@ -312,10 +318,15 @@ def _has_value(value: Any) -> celpy.celtypes.BoolType:
     return celpy.celtypes.BoolType(not isinstance(value, _NoOldSelf))
 
 
+def _lower_ascii(value: Any) -> celpy.celtypes.StringType:
+    """Kubernetes' CEL strings extension (k8s.io/apiserver cel library, ext.Strings): ASCII letters only."""
+    return celpy.celtypes.StringType("".join(c.lower() if c.isascii() else c for c in str(value)))
+
+
 @cache
 def _program(rule: str) -> celpy.Runner:
     env = celpy.Environment()
-    return env.program(env.compile(rule), functions={"hasValue": _has_value})
+    return env.program(env.compile(rule), functions={"hasValue": _has_value, "lowerAscii": _lower_ascii})
 
 
 def cel_rules(value: Any, schema: dict, where: str) -> list[str]:
@@ -375,6 +386,11 @@ def embedded_pods(doc: dict) -> Iterable[tuple[str, dict, dict]]:
         for i, c in enumerate(doc["spec"]["template"]["cliques"]):
             meta = {k: c[k] for k in ("labels", "annotations") if k in c}
             yield f"spec.template.cliques[{i}].spec.podSpec", meta, c["spec"]["podSpec"]
+    if doc["kind"] == "DynamoGraphDeployment":
+        for i, c in enumerate(doc["spec"].get("components", [])):
+            if "podTemplate" in c:
+                t = c["podTemplate"]
+                yield f"spec.components[{i}].podTemplate.spec", t.get("metadata", {}), t["spec"]
 
 
 def _builtin(doc: dict, version: str) -> list[str]:
