@@ -159,6 +159,26 @@ def test_broken_slices_are_bad_input_naming_file_and_field(change, message):
     assert str(err.value).startswith("slices.json: ")
 
 
+def test_a_uuid_twice_and_a_broken_file_are_refused_by_the_cli_with_exit_2(tmp_path):
+    twice = tmp_path / "twice.json"
+    twice.write_text(_slice_with([_gpu("gpu-0", U[0], "0000:0a:00.0"), _gpu("gpu-1", U[0], "0000:0b:00.0")]))
+    done = run(
+        "cluster", "import", "--nccl-xml", f"ipp1-0033={SAMPLES / 'azure-ncv4-topo.xml'}", "--resourceslices", twice
+    )
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert f"{twice}: uuid '{U[0]}' appears twice (on nodes ipp1-0033 and ipp1-0033)" in done.stderr
+    (tmp_path / "bad.json").write_text('{"items": [')
+    done = run(
+        "cluster",
+        "import",
+        "--nccl-xml",
+        f"x={SAMPLES / 'azure-ncv4-topo.xml'}",
+        "--resourceslices",
+        tmp_path / "bad.json",
+    )
+    assert done.returncode == 2 and "bad.json:1: not valid JSON" in done.stderr
+
+
 def test_cluster_import_records_gpu_ids_from_resourceslices(tmp_path):
     # The real kubectl node sample (one 1-GPU node), renamed to the node the slice sample describes.
     nodes = json.loads((SAMPLES / "k8s-gpu-node-kubectl-get-nodes.json").read_text())
@@ -318,3 +338,32 @@ def test_selector_function_quotes_values():
         'device.attributes["gpu.nvidia.com"].type == "gpu" && '
         'device.attributes["gpu.nvidia.com"].uuid in ["GPU-a", "GPU-b"]'
     )
+
+
+def test_disagreeing_bus_ids_and_unknown_nodes_are_reported_not_guessed():
+    # The NCCL dump gives node ipp1-0033 four GPUs at 0001:00:00.0...; the slice says GPU 0 is at 0000:65:00.0.
+    doc = json.loads(SLICES.read_text())
+    ghost = copy.deepcopy(doc["items"][0])
+    ghost["spec"]["nodeName"] = ghost["spec"]["pool"]["name"] = "ghost-1"
+    ghost["spec"]["devices"] = [_gpu("gpu-0", U[1], "0000:65:00.0")]
+    doc["items"].append(ghost)
+    res = import_cluster(
+        ImportOptions(nccl_xml=(f"ipp1-0033={SAMPLES / 'azure-ncv4-topo.xml'}",), resourceslices=_write(doc))
+    )
+    (node,) = res.document["nodes"]
+    assert node["gpuIds"][0] == {"index": 0, "pciBusID": "0000:65:00.0", "uuid": "GPU-2fa81118-5a5f-aa66-7660-471eed407181"}
+    assert node["gpuIds"][1] == {"index": 1, "pciBusID": "0002:00:00.0"}
+    notes = [n.text for n in res.report.notes]
+    assert (
+        "node ipp1-0033 GPU 0: bus id 0001:00:00.0 from the topology file but 0000:65:00.0 in the ResourceSlices; "
+        "using the ResourceSlices'" in notes
+    )
+    assert "node 'ghost-1' is in no other source; its 1 GPU(s) not used" in notes
+
+
+def _write(doc: dict) -> Path:
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "slices.json"
+    path.write_text(json.dumps(doc))
+    return path

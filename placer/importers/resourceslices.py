@@ -212,15 +212,16 @@ def parse_resourceslices(text: str, source: str) -> ResourceSlices:
 
 
 def _check_unique(gpus: list[SliceGpu], source: str) -> None:
+    """A device name or bus id twice on one node, or a uuid twice anywhere: not one cluster's slices."""
     seen: dict[tuple[str, str], str] = {}
     for g in gpus:
         for kind, value in (("device", g.device), ("uuid", g.uuid), ("bus id", g.bus_id)):
             if value is None:
                 continue
-            other = seen.get((kind, f"{g.node}/{value}" if kind != "uuid" else value))
-            if other is not None:
-                raise error(source, None, f"{kind} {short(value)} appears twice (node {g.node}, {other})")
-            seen[(kind, f"{g.node}/{value}" if kind != "uuid" else value)] = g.node
+            key = (kind, value if kind == "uuid" else f"{g.node}/{value}")
+            if key in seen:
+                raise error(source, None, f"{kind} {short(value)} appears twice (on nodes {seen[key]} and {g.node})")
+            seen[key] = g.node
 
 
 def gpu_ids(
