@@ -351,7 +351,11 @@ def test_disagreeing_bus_ids_and_unknown_nodes_are_reported_not_guessed():
         ImportOptions(nccl_xml=(f"ipp1-0033={SAMPLES / 'azure-ncv4-topo.xml'}",), resourceslices=_write(doc))
     )
     (node,) = res.document["nodes"]
-    assert node["gpuIds"][0] == {"index": 0, "pciBusID": "0000:65:00.0", "uuid": "GPU-2fa81118-5a5f-aa66-7660-471eed407181"}
+    assert node["gpuIds"][0] == {
+        "index": 0,
+        "pciBusID": "0000:65:00.0",
+        "uuid": "GPU-2fa81118-5a5f-aa66-7660-471eed407181",
+    }
     assert node["gpuIds"][1] == {"index": 1, "pciBusID": "0002:00:00.0"}
     notes = [n.text for n in res.report.notes]
     assert (
