@@ -371,3 +371,11 @@ def _write(doc: dict) -> Path:
     path = Path(tempfile.mkdtemp()) / "slices.json"
     path.write_text(json.dumps(doc))
     return path
+
+
+def test_kubernetes_before_1_34_is_refused_naming_the_version():
+    args = ("solve", SPECS / "aggregated-tp8.yaml", CLUSTERS / "small-mixed.yaml", "--target", "dra", "-q")
+    done = run(*args, "--target-version", "1.33")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "--target-version 1.33: Kubernetes before 1.34 serves no resource.k8s.io/v1" in done.stderr
+    assert run(*args, "--target-version", "1.34").returncode == 0

@@ -158,6 +158,10 @@ def claimed_pod(
 
 
 def build(ctx: Context) -> list[dict]:
+    # --target-version names the Kubernetes release for this target: DRA is kube-scheduler's.
+    ctx.require_version(
+        "Kubernetes", "1.34", "serves no resource.k8s.io/v1 (DRA is GA from 1.34; 1.32-1.33 have only v1beta1/v1beta2)"
+    )
     docs: list[dict] = []
     scheduler = ctx.spec.scheduling.scheduler_name  # the gang is the coscheduling PodGroup
     for rep in ctx.placement.replicas:
