@@ -183,6 +183,11 @@ def graph_deployment(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
     name = dns_label(ctx.gang_name(rep.index), "DynamoGraphDeployment name")
     components: list[dict[str, Any]] = []
     if ctx.spec.router is not None and rep.router is not None:
+        if any(pool.lower() == "frontend" for pool in ctx.spec.pools):
+            raise InputError(
+                "--target dynamo: a pool named 'frontend' would share its component name with the router's "
+                "(Dynamo wants component names unique, case-insensitively): rename the pool"
+            )
         components.append(_frontend(ctx, rep))
     frameworks = set()
     for pool in sorted({i.pool for i in rep.instances}):
