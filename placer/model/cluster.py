@@ -245,7 +245,16 @@ class ClusterSpec(_Model):
     @model_validator(mode="after")
     def _consistent(self) -> ClusterSpec:
         seen: set[str] = set()
+        uuids: dict[str, str] = {}
         for i, node in enumerate(self.nodes):
+            for g in node.gpu_ids or []:
+                if g.uuid is not None and g.uuid in uuids:
+                    raise ValueError(
+                        f"nodes[{i}].gpuIds: uuid {g.uuid} is also a GPU of node {uuids[g.uuid]!r} "
+                        "(a uuid names one GPU)"
+                    )
+                if g.uuid is not None:
+                    uuids[g.uuid] = node.name
             if node.name in seen:
                 raise ValueError(f"nodes[{i}].name: node {node.name!r} appears twice")
             seen.add(node.name)
