@@ -29,7 +29,7 @@ from placer.model.load import load_cluster, load_spec
 from placer.pipeline import verify_placement
 from placer.solver.problem import build_problem
 from placer.solver.solve import SolveOptions, solve
-from placer.topology.graph import build_topology
+from placer.topology.build import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "tests" / "data" / "samples"

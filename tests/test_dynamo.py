@@ -21,7 +21,7 @@ from placer.model.spec import ServingTopology
 from placer.pipeline import verify_placement
 from placer.solver.problem import build_problem
 from placer.solver.solve import SolveOptions, solve
-from placer.topology.graph import build_topology
+from placer.topology.build import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [("aggregated-tp8", "small-mixed"), ("llama-70b-disagg", "dgx-h100-1024"), ("tp16-multinode", "dgx-h100-1024")]
