@@ -81,6 +81,7 @@ def run_solve(
     target: str | None = None,
     nccl: bool | None = None,
     namespace: str | None = None,
+    target_version: str | None = None,
 ) -> SolveResult:
     """``target`` / ``nccl`` choose the manifests (emit.build_manifests; default: coscheduling);
     ``namespace`` replaces the spec's, so objects, the record and the spec annotation all carry it."""
@@ -109,7 +110,9 @@ def run_solve(
     report = verify_placement(spec, topo, placement)
     times["verify"] = time.perf_counter() - t
     t = time.perf_counter()
-    manifests = build_manifests(spec, topo, placement, report, target=target or DEFAULT_TARGET, nccl=nccl)
+    manifests = build_manifests(
+        spec, topo, placement, report, target=target or DEFAULT_TARGET, nccl=nccl, target_version=target_version
+    )
     times["emit"] = time.perf_counter() - t
     placement.stats.seconds |= times
     return SolveResult(spec, topo, placement, report, manifests)
@@ -171,6 +174,7 @@ def run_fleet(
     target: str | None = None,
     nccl: bool | None = None,
     namespace: str | None = None,
+    target_version: str | None = None,
 ) -> FleetSolveResult:
     """Several specs (files, multi-document files, directories) and what already runs (``keep_paths``)
     placed on one cluster: load -> topology -> keep -> fleet solve -> verify all together -> emit."""
@@ -224,7 +228,9 @@ def run_fleet(
     for d in deployments:
         if d.key in by_key:
             p, report = by_key[d.key]
-            manifests += build_manifests(d.spec, base, p.placement, report, target=target or DEFAULT_TARGET, nccl=nccl)
+            manifests += build_manifests(
+                d.spec, base, p.placement, report, target or DEFAULT_TARGET, nccl, target_version
+            )
     return FleetSolveResult(result, base, reports, manifests, notes)
 
 

@@ -398,12 +398,20 @@ def test_a_batch_gives_the_same_bytes_twice(tmp_path):
     assert records[0].read_text() == records[1].read_text()
 
 
-@pytest.mark.parametrize("target", ["coscheduling", "kai", "volcano", "kueue", "grove", "lws", "dra"])
+@pytest.mark.parametrize("target", ["coscheduling", "kai", "volcano", "kueue", "grove", "lws", "dra", "dynamo"])
 def test_keep_changes_only_the_spec_annotation_of_running_objects(tmp_path, target):
-    first = run("solve", str(DISAGG), str(DGX), "-q", "-t", target)
+    cluster = DGX
+    if target == "dra":  # claims select GPUs by uuid: the cluster as a ResourceSlice import records it
+        from test_dra_ids import with_gpu_ids
+
+        cluster = tmp_path / "dgx-ids.yaml"
+        ids = with_gpu_ids(load_cluster(DGX)).model_dump(mode="json", by_alias=True, exclude_none=True)
+        cluster.write_text(yaml.safe_dump(ids))
+    first = run("solve", str(DISAGG), str(cluster), "-q", "-t", target)
+    assert first.returncode == 0, first.stderr
     running = tmp_path / "running.yaml"
     running.write_text(first.stdout)
-    second = run("solve", str(_two_replicas(tmp_path)), str(DGX), "--keep", str(running), "-q", "-t", target)
+    second = run("solve", str(_two_replicas(tmp_path)), str(cluster), "--keep", str(running), "-q", "-t", target)
     assert second.returncode == 0, second.stderr
     before = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(first.stdout)}
     after = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(second.stdout)}

@@ -115,6 +115,14 @@ IMPORTS: dict[str, tuple[ImportOptions, dict[str, Any]]] = {
         ImportOptions(slurm=s("topograph-generated-slurm-tree.conf")),
         {"nodes": 96, "gpus": 0, "leaves": 12},
     ),
+    # The slice's node is given its hardware by a 2-GPU PCIe A100 matrix; the slice adds GPU 0's identifiers.
+    "dra-resourceslices-nvidia-driver-docs.json": (
+        ImportOptions(
+            topo=(f"ipp1-0033={s('a100-pcie-2gpu-topo-m.txt')}",),
+            resourceslices=s("dra-resourceslices-nvidia-driver-docs.json"),
+        ),
+        {"nodes": 1, "gpus": 2, "uuids": 1},
+    ),
 }
 
 # Samples that are not a topology by nature, with the option they would be given to and the reason.
@@ -167,6 +175,8 @@ def test_sample_imports(name: str) -> None:
         assert len({n.leaf for n in result.spec.nodes}) == facts["leaves"]
     if "nvlink-domains" in facts:
         assert len({n.nvlink_domain for n in result.spec.nodes}) == facts["nvlink-domains"]
+    if "uuids" in facts:
+        assert sum(1 for n in topo.nodes for g in n.gpus if g.uuid) == facts["uuids"]
     if "overrides" in facts:
         assert {o.domain: o.bandwidth_gbps for o in result.spec.overrides} == facts["overrides"]
 

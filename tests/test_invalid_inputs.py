@@ -31,6 +31,11 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "spec-bad-image.yaml": ("spec", 12, "pools.aggregated.template.image: image"),
     "spec-env-name-injection.yaml": ("spec", 14, "pools.aggregated.template.env[0].name: env name"),
     "spec-label-injection-name.yaml": ("spec", 5, "metadata.name: metadata.name 'Llama:70B'"),
+    "spec-name-starts-with-digit.yaml": (
+        "spec",
+        6,
+        "metadata.name: metadata.name '70b-llama' must start with a letter",
+    ),
     "spec-min-replicas-above-replicas.yaml": ("spec", 13, "minReplicas"),
     "spec-preferred-broader-than-required.yaml": ("spec", 11, "pools.aggregated.placement: preferred"),
     "spec-gpu-resource-in-template.yaml": ("spec", 14, "pools.aggregated.template.resources.limits"),
@@ -41,6 +46,11 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "spec-tp-bigger-than-any-node.yaml": ("spec", 10, "pools.aggregated.tensorParallel"),
     "cluster-duplicate-node.yaml": ("cluster", 12, "nodes[2].name: node 'dgx-a' appears twice"),
     "cluster-unknown-busy-gpu.yaml": ("cluster", 11, "nodes[1].busy"),
+    "cluster-gpu-uuid-twice.yaml": (
+        "cluster",
+        None,
+        "nodes[1].gpuIds: uuid GPU-2fa81118-5a5f-aa66-7660-471eed407181 is also a GPU of node 'a'",
+    ),
     "cluster-unknown-class.yaml": ("cluster", 11, "nodes[1].class: 'dgx-h200' is not in nodeClasses"),
     "cluster-domains-not-nested.yaml": ("cluster", 12, "nodes[2]"),
     "cluster-bad-override-domain.yaml": ("cluster", 15, "overrides[1].domain"),

@@ -6,7 +6,6 @@ against driver-shaped devices, the LWS refusal, explain reading target manifests
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -130,24 +129,14 @@ def test_bad_scheduling_options_are_rejected(field, value, message):
 # ---- DRA: the CEL selector admits exactly the chosen GPUs ----------------------------------------------------
 
 
-def _cel(expression: str, attrs: dict) -> bool:
-    """Evaluate placer's selector grammar (``a == "s" && b in [1, 2]``) over one device's attributes."""
-    clauses = expression.split(" && ")
-    for clause in clauses:
-        m = re.fullmatch(r'device\.attributes\["([a-z0-9.]+)"\]\.(\w+) (==|in) (.+)', clause)
-        assert m, clause
-        value = attrs[m.group(1)][m.group(2)]
-        wanted = json.loads(m.group(4))
-        if (m.group(3) == "==" and value != wanted) or (m.group(3) == "in" and value not in wanted):
-            return False
-    return True
-
-
 def test_dra_selector_admits_exactly_the_planned_gpus():
-    expr = dra.selector("gpu.nvidia.com", (1, 2, 5))
-    devices = [{"type": "gpu", "index": i} for i in range(8)] + [{"type": "mig", "index": 1}]
+    from test_dra_ids import _cel
+
+    uuids = [f"GPU-{i:08x}-0000-0000-0000-000000000000" for i in range(8)]
+    expr = dra.selector("gpu.nvidia.com", "uuid", [uuids[1], uuids[2], uuids[5]])
+    devices = [{"type": "gpu", "uuid": u} for u in uuids] + [{"type": "mig", "uuid": uuids[1]}]
     chosen = [d for d in devices if _cel(expr, {"gpu.nvidia.com": d})]
-    assert chosen == [{"type": "gpu", "index": 1}, {"type": "gpu", "index": 2}, {"type": "gpu", "index": 5}]
+    assert chosen == [{"type": "gpu", "uuid": uuids[i]} for i in (1, 2, 5)]
 
 
 # ---- whole outputs -------------------------------------------------------------------------------------------

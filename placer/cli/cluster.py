@@ -66,6 +66,10 @@ def import_command(
     aws_topology: Annotated[
         Path | None, typer.Option("--aws-topology", help="aws ec2 describe-instance-topology output (JSON).")
     ] = None,
+    resourceslices: Annotated[
+        Path | None,
+        typer.Option("--resourceslices", help="kubectl get resourceslices -o json: GPU uuids and bus ids (DRA)."),
+    ] = None,
     label_preset: Annotated[
         str,
         typer.Option(
@@ -110,6 +114,7 @@ def import_command(
         nccl_tests=tuple(nccl_tests or ()),
         slurm=slurm,
         aws_topology=aws_topology,
+        resourceslices=resourceslices,
         label_preset=label_preset,
         level_labels=tuple(level_label or ()),
         gpu_product=gpu_product,

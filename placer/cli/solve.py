@@ -24,6 +24,7 @@ class Target(StrEnum):
     grove = "grove"
     lws = "lws"
     dra = "dra"
+    dynamo = "dynamo"
 
 
 def solve_command(
@@ -82,9 +83,18 @@ def solve_command(
         typer.Option(
             "--target",
             "-t",
-            help="Output flavour: coscheduling (default), kai, volcano, kueue, grove, lws, dra (docs/TARGETS.md).",
+            help="Output flavour: coscheduling (default), kai, volcano, kueue, grove, lws, dra, dynamo "
+            "(docs/TARGETS.md).",
         ),
     ] = Target.coscheduling,
+    target_version: Annotated[
+        str | None,
+        typer.Option(
+            "--target-version",
+            help="Release of the --target's scheduler or operator (e.g. 1.13 for Volcano); default: the newest "
+            "placer supports. Older releases get what they accept, or exit 2 naming the oldest supported.",
+        ),
+    ] = None,
     namespace: Annotated[
         str | None, typer.Option("--namespace", "-n", help="Namespace of every object (overrides the spec's).")
     ] = None,
@@ -148,7 +158,19 @@ def solve_command(
     )
     if keep or len(specs) > 1 or specs[0].is_dir() or _documents(specs[0]) > 1:
         _solve_fleet(
-            specs, cluster, options, keep or [], placement, output, target.value, nccl, namespace, dry_run, quiet, say
+            specs,
+            cluster,
+            options,
+            keep or [],
+            placement,
+            output,
+            target.value,
+            nccl,
+            namespace,
+            dry_run,
+            quiet,
+            say,
+            target_version,
         )
         return
     spec = specs[0]
@@ -161,6 +183,7 @@ def solve_command(
         target=target.value,
         nccl=nccl,
         namespace=namespace,
+        target_version=target_version,
     )
     if dry_run:
         _print_plan(result, target.value, nccl)
@@ -199,7 +222,9 @@ def _documents(path: Path) -> int:
     return len(parse_documents(read_text(path), str(path)))
 
 
-def _solve_fleet(specs, cluster, options, keep, placement, output, target, nccl, namespace, dry_run, quiet, say):
+def _solve_fleet(
+    specs, cluster, options, keep, placement, output, target, nccl, namespace, dry_run, quiet, say, target_version=None
+):
     """Several deployments and/or --keep: the placed ones on stdout, a table of all of them on stderr."""
     from placer.emit.files import write_atomic
     from placer.emit.manifests import records_text
@@ -207,7 +232,17 @@ def _solve_fleet(specs, cluster, options, keep, placement, output, target, nccl,
     from placer.pipeline import run_fleet
 
     t0 = time.perf_counter()
-    res = run_fleet(specs, cluster, options, keep, progress=say, target=target, nccl=nccl, namespace=namespace)
+    res = run_fleet(
+        specs,
+        cluster,
+        options,
+        keep,
+        progress=say,
+        target=target,
+        nccl=nccl,
+        namespace=namespace,
+        target_version=target_version,
+    )
     table = fleet_table(res, time.perf_counter() - t0)
     if dry_run:
         _console(sys.stdout).print(table)

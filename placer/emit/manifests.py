@@ -44,11 +44,15 @@ def build_manifests(
     report: Report,
     target: str = DEFAULT_TARGET,
     nccl: bool | None = None,
+    target_version: str | None = None,
 ) -> list[dict]:
     """The manifests for one ``--target``. ``nccl`` adds placer's NCCL environment to engine pods; by default
-    every target but ``coscheduling`` (whose output stays as it always was) gets it."""
+    every target but ``coscheduling`` (whose output stays as it always was) gets it. ``target_version``: the
+    release of the target's scheduler (``--target-version``; default the newest placer supports)."""
     with_nccl = (target != DEFAULT_TARGET) if nccl is None else nccl
-    ctx = Context(spec, topo, placement, report, nccl=with_nccl, exact_gpus=target == "dra")
+    ctx = Context(
+        spec, topo, placement, report, nccl=with_nccl, exact_gpus=target == "dra", target_version=target_version
+    )
     return builder(target)(ctx)
 
 

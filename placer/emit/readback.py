@@ -58,6 +58,8 @@ def _one_deployment(path: Path, docs: list[dict[str, Any]], wanted: str | None) 
     """The documents of one deployment: all of them when the file holds one, else the one asked for."""
 
     def key(doc: dict[str, Any]) -> tuple[str, str] | None:
+        if _shared(doc):
+            return None
         meta = _dict(doc.get("metadata"))
         name = meta.get("name") if doc.get("kind") == "Placement" else _labels(doc).get("app.kubernetes.io/name")
         return (str(meta.get("namespace") or "default"), str(name)) if name else None
@@ -117,9 +119,9 @@ def _json_annotation(path: Path, doc: dict[str, Any], key: str) -> Any:
 # PodCliqueSet, or the first Pod of a Kueue pod group); an instance's GPUs on the objects that make its pods
 # (placer.dev/instance-gpus on Pods, LeaderWorkerSets and Grove cliques; a Grove clique of single-node
 # instances lists them in placer.dev/instances); the router's node on its Deployment or Grove clique.
-SPEC_CARRIERS = ("PodGroup", "PodCliqueSet", "Pod")
-ENGINE_KINDS = ("Pod", "LeaderWorkerSet", "PodClique")
-ROUTER_KINDS = ("Deployment", "PodClique")
+SPEC_CARRIERS = ("PodGroup", "PodCliqueSet", "Pod", "DynamoGraphDeployment")
+ENGINE_KINDS = ("Pod", "LeaderWorkerSet", "PodClique", "DynamoComponent")
+ROUTER_KINDS = ("Deployment", "PodClique", "DynamoComponent")
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,13 @@ def _units(docs: list[dict[str, Any]]) -> list[_Unit]:
                 clique = _dict(clique)
                 what = f"PodCliqueSet {name!r} clique {clique.get('name')!r}"
                 out.append(_Unit(what, "PodClique", _dict(clique.get("labels")), _dict(clique.get("annotations"))))
+        if kind == "DynamoGraphDeployment":  # a component's pods carry its podTemplate's labels and annotations
+            components = _dict(doc.get("spec")).get("components")
+            for component in components if isinstance(components, list) else []:
+                component = _dict(component)
+                meta = _dict(_dict(component.get("podTemplate")).get("metadata"))
+                what = f"DynamoGraphDeployment {name!r} component {component.get('name')!r}"
+                out.append(_Unit(what, "DynamoComponent", _dict(meta.get("labels")), _dict(meta.get("annotations"))))
     return out
 
 
@@ -221,7 +230,7 @@ def _unit_instances(path: Path, unit: _Unit, spec: ServingTopology) -> list[Inst
             raise InputError(f"{path}: {unit.what}: no placer.dev/instance label (the instance's index)")
         domain = unit.annotations.get("placer.dev/domain")
         return [InstancePlacement(pool, int(index), _parse_instance_gpus(path, gpus), domain or "")]
-    listed = unit.annotations.get("placer.dev/instances") if unit.kind == "PodClique" else None
+    listed = unit.annotations.get("placer.dev/instances") if unit.kind in ("PodClique", "DynamoComponent") else None
     if not isinstance(listed, str):
         raise InputError(f"{path}: {unit.what}: no placer.dev/instance-gpus annotation (the GPUs placer chose)")
     try:
@@ -362,7 +371,14 @@ def _node_name(doc: dict[str, Any]) -> str | None:
 
 def _is_placer(doc: dict[str, Any]) -> bool:
     labels = _labels(doc)
-    return labels.get("app.kubernetes.io/managed-by") == "placer" and bool(labels.get("app.kubernetes.io/name"))
+    named = labels.get("app.kubernetes.io/managed-by") == "placer" and bool(labels.get("app.kubernetes.io/name"))
+    return named and not _shared(doc)
+
+
+def _shared(doc: dict[str, Any]) -> bool:
+    """A cluster's topology object (KAI Topology, Grove ClusterTopologyBinding): every deployment on that
+    cluster shares it, so it belongs to none of them."""
+    return _labels(doc).get("app.kubernetes.io/component") == "topology"
 
 
 def _int(value: Any) -> int | None:

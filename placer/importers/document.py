@@ -18,6 +18,7 @@ import yaml
 from placer.importers import hardware as hw
 from placer.importers.common import Note, natural_key
 from placer.importers.domains import final_domains
+from placer.importers.k8s_nodes import ALWAYS, AUTO_ORDER, PRESETS
 from placer.importers.ledger import DEFAULT, Draft, Ledger
 from placer.importers.nccl_tests import NcclTestRun
 from placer.model import API_VERSION
@@ -122,9 +123,27 @@ def build_document(ledger: Ledger, name: str, fabric: dict[str, Any]) -> tuple[d
     doc: dict[str, Any] = {"apiVersion": API_VERSION, "kind": "Cluster", "metadata": {"name": name}}
     if fabric:
         doc["fabric"] = fabric
+    if carried := topology_labels(drafts):
+        doc["topologyLabels"] = carried
     doc["nodeClasses"] = dict(sorted(classes.items()))
     doc["nodes"] = nodes
     return doc, notes
+
+
+def topology_labels(drafts: list[Draft]) -> dict[str, str]:
+    """Per level, the node label that carries it: a key every node with that level has, valued as its domain
+    (so schedulers' topology constraints can name it). Keys the label presets know come first."""
+    out: dict[str, str] = {}
+    for level in ("nvlink-domain", "rack", "leaf"):
+        named = [(d, final_domains(d)[level]) for d in drafts if level in final_domains(d)]
+        if not named:
+            continue
+        keys = set.intersection(*({k for k, v in d.labels.items() if v == value} for d, value in named))
+        keys.discard("kubernetes.io/hostname")
+        known = [*ALWAYS.get(level, ()), *(k for p in AUTO_ORDER for k in PRESETS[p].get(level, ()))]
+        if keys:
+            out[level] = min(keys, key=lambda k: (known.index(k) if k in known else len(known), k))
+    return out
 
 
 def _node_entry(draft: Draft, cls: dict[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from placer.importers.k8s_nodes import LabelScheme, NodesFile, domains_from_labe
 from placer.importers.k8s_pods import PodsFile
 from placer.importers.ledger import DEFAULT, Draft, Ledger
 from placer.importers.nccl_tests import NcclTestRun
+from placer.importers.resourceslices import ResourceSlices
 from placer.importers.slurm import SlurmTopology
 from placer.model.errors import InputError
 
@@ -57,6 +58,7 @@ class Sources:
     nccl_tests: tuple[NcclTestRun, ...] = ()
     slurm: SlurmTopology | None = None
     aws: InstanceTopology | None = None
+    resourceslices: ResourceSlices | None = None  # GPU identifiers only (gpuIds), applied after the merge
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from placer.importers.ledger import DEFAULT, Ledger
 from placer.importers.merge import Defaults, HardwareFile, Sources, apply_sources
 from placer.importers.nccl_tests import parse_nccl_tests
 from placer.importers.nccl_xml import parse_nccl_xml
+from placer.importers.resourceslices import gpu_ids, parse_resourceslices
 from placer.importers.slurm import parse_slurm
 from placer.importers.topo_matrix import parse_topo_matrix
 from placer.model.cluster import ClusterSpec
@@ -40,6 +41,7 @@ class ImportOptions:
     nccl_tests: tuple[Path, ...] = ()
     slurm: Path | None = None
     aws_topology: Path | None = None
+    resourceslices: Path | None = None
     label_preset: str = "auto"
     level_labels: tuple[str, ...] = ()  # "LEVEL=KEY"
     gpu_product: str | None = None
@@ -122,7 +124,14 @@ def read_sources(options: ImportOptions) -> tuple[Sources, list[SourceLine]]:
     if options.aws_topology is not None:
         aws = parse_instance_topology(read_source(options.aws_topology), str(options.aws_topology))
         lines.append(SourceLine("aws instance topology", str(options.aws_topology), f"{len(aws.instances)} instances"))
-    sources = Sources(nodes, pods, tuple(hardware), tuple(runs), slurm, aws)
+    slices = None
+    if options.resourceslices is not None:
+        slices = parse_resourceslices(read_source(options.resourceslices), str(options.resourceslices))
+        on = len(slices.nodes())
+        lines.append(
+            SourceLine("DRA ResourceSlices", str(options.resourceslices), f"{len(slices.gpus)} GPUs on {on} nodes")
+        )
+    sources = Sources(nodes, pods, tuple(hardware), tuple(runs), slurm, aws, slices)
     return sources, lines
 
 
@@ -150,6 +159,11 @@ def merge_sources(sources: Sources, options: ImportOptions, lines: list[SourceLi
     check_nesting(ledger)
     fabric, fabric_origin = fabric_from_hardware(ledger)
     document, notes = build_document(ledger, options.name, fabric)
+    ids, id_notes, id_origin = gpu_ids(ledger.drafts, ledger.aliases, sources.resourceslices)
+    for node in document["nodes"]:
+        if node["name"] in ids:
+            node["gpuIds"] = ids[node["name"]]
+    notes += id_notes
     spec, topo = _validate(document)
     if sources.nccl_tests:
         overrides, more = nccl_overrides(sources.nccl_tests, ledger, topo)
@@ -158,6 +172,10 @@ def merge_sources(sources: Sources, options: ImportOptions, lines: list[SourceLi
             document["overrides"] = overrides
             spec, topo = _validate(document)
     report = _report(sources, ledger, lines or [], notes, fabric_origin)
+    if id_origin:
+        report.provenance["gpuIds"] = dict(sorted(id_origin.items()))
+    if sources.resourceslices is not None:
+        report.notes[:0] = list(sources.resourceslices.notes)
     if options.strict and report.conflicts:
         raise InputError("conflicting sources (--strict):\n  " + "\n  ".join(report.conflicts))
     return ImportResult(document, spec, topo, report)

@@ -100,6 +100,28 @@ class NodeClass(_Model):
     nvlink_islands: list[list[int]] | None = Field(default=None, description=_ISLANDS)
 
 
+class GpuId(_Model):
+    """Identifiers of one GPU, as its DRA driver publishes them: what ``--target dra`` selects GPUs by.
+
+    ``placer cluster import`` writes them from ResourceSlices (``--resourceslices``: uuid and bus id) and
+    NCCL topology dumps (``--nccl-xml``: bus id). Per node, because a uuid belongs to one physical GPU."""
+
+    index: int = Field(ge=0, le=255)
+    uuid: str | None = Field(default=None, pattern=r"^GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
+    pci_bus_id: str | None = Field(
+        default=None,
+        alias="pciBusID",
+        pattern=r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$",
+        description="PCI address, domain:bus:device.function, lower case (0000:65:00.0).",
+    )
+
+    @model_validator(mode="after")
+    def _some(self) -> GpuId:
+        if self.uuid is None and self.pci_bus_id is None:
+            raise ValueError(f"GPU {self.index}: give uuid, pciBusID or both")
+        return self
+
+
 class Used(_Model):
     cpu: Quantity = "0"
     memory: Quantity = "0"
@@ -138,6 +160,7 @@ class NodeSpec(_Model):
     nics: list[Nic] | None = None
     nvlink_islands: list[list[int]] | None = Field(default=None, description=_ISLANDS)
     busy: list[int] = Field(default_factory=list)
+    gpu_ids: list[GpuId] | None = Field(default=None, description="Per GPU index: uuid and PCI bus id (DRA).")
     used: Used = Used()
     metrics: Metrics = Metrics()
     schedulable: bool = True
@@ -173,6 +196,14 @@ class NodeSpec(_Model):
             raise ValueError("busy lists a GPU index twice")
         return v
 
+    @field_validator("gpu_ids")
+    @classmethod
+    def _gpu_ids(cls, v: list[GpuId] | None) -> list[GpuId] | None:
+        indices = [g.index for g in v or []]
+        if len(set(indices)) != len(indices):
+            raise ValueError("gpuIds lists a GPU index twice")
+        return v
+
 
 class Override(_Model):
     """Measured figures for links that cross between the children of one domain (``level/name``)."""
@@ -200,11 +231,30 @@ class ClusterSpec(_Model):
     node_classes: dict[str, NodeClass] = Field(default_factory=dict)
     nodes: list[NodeSpec] = Field(min_length=1, max_length=100_000)
     overrides: list[Override] = Field(default_factory=list)
+    topology_labels: dict[Literal["nvlink-domain", "rack", "leaf"], str] = Field(
+        default_factory=dict,
+        description="Node label key that carries each level on these nodes (written by `placer cluster import`); "
+        "every --target's topology constraints use these keys.",
+    )
+
+    @field_validator("topology_labels")
+    @classmethod
+    def _label_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        return {level: k8s.check_label_key(key) for level, key in v.items()}
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterSpec:
         seen: set[str] = set()
+        uuids: dict[str, str] = {}
         for i, node in enumerate(self.nodes):
+            for g in node.gpu_ids or []:
+                if g.uuid is not None and g.uuid in uuids:
+                    raise ValueError(
+                        f"nodes[{i}].gpuIds: uuid {g.uuid} is also a GPU of node {uuids[g.uuid]!r} "
+                        "(a uuid names one GPU)"
+                    )
+                if g.uuid is not None:
+                    uuids[g.uuid] = node.name
             if node.name in seen:
                 raise ValueError(f"nodes[{i}].name: node {node.name!r} appears twice")
             seen.add(node.name)
@@ -212,4 +262,11 @@ class ClusterSpec(_Model):
                 raise ValueError(
                     f"nodes[{i}].class: {node.node_class!r} is not in nodeClasses {sorted(self.node_classes)}"
                 )
+            for level, key in self.topology_labels.items():
+                named = {"nvlink-domain": node.nvlink_domain, "rack": node.rack, "leaf": node.leaf}[level]
+                if named is not None and node.labels.get(key) != named:
+                    raise ValueError(
+                        f"nodes[{i}].labels: topologyLabels says {key} carries the {level}, but node {node.name!r} "
+                        f"has {level} {named!r} and {key}={node.labels.get(key)!r}"
+                    )
         return self

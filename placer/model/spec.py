@@ -27,14 +27,21 @@ class _Model(BaseModel):
 
 
 class Metadata(_Model):
-    name: str = Field(description="DNS-1123 label; prefixes every emitted object's name.")
+    name: str = Field(description="DNS-1035 label (starts with a letter); prefixes every emitted object's name.")
     namespace: str = "default"
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        # Object names are "<name>-r<k>-<pool>-<i>-<j>", so keep the deployment name short.
-        return k8s.check_dns_label(v, "metadata.name", max_len=40)
+        # Object names are "<name>-r<k>-<pool>-<i>-<j>", so keep the deployment name short. Services and
+        # LeaderWorkerSets named after it must be DNS-1035 labels, which start with a letter.
+        k8s.check_dns_label(v, "metadata.name", max_len=40)
+        if not v[0].isalpha():
+            raise ValueError(
+                f"metadata.name {v!r} must start with a letter: the router's Service and LeaderWorkerSets are "
+                f"named after it, and Kubernetes requires DNS-1035 names for those (e.g. llama-{v})"
+            )
+        return v
 
     @field_validator("namespace")
     @classmethod

@@ -13,6 +13,8 @@ Domain ids follow Kueue's habit of readable ids: ``<level>/<name>``, e.g. ``rack
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import networkx as nx
 
 from placer.model import k8s
@@ -57,6 +59,16 @@ def _mean_metric(value: float | dict[int, float] | None, gpus: tuple[Gpu, ...], 
     return float(value)
 
 
+def _with_ids(node: NodeSpec, gpus: tuple[Gpu, ...], where: str) -> tuple[Gpu, ...]:
+    """The node's GPUs with the uuid and bus id its ``gpuIds`` give (what --target dra selects by)."""
+    ids = {g.index: g for g in node.gpu_ids or []}
+    if unknown := sorted(set(ids) - {g.index for g in gpus}):
+        raise InputError(f"{where}.gpuIds: GPU index {unknown[0]} is not a GPU of node {node.name!r}")
+    return tuple(
+        replace(g, uuid=ids[g.index].uuid, pci_bus_id=ids[g.index].pci_bus_id) if g.index in ids else g for g in gpus
+    )
+
+
 def _resolve_node(spec: ClusterSpec, i: int, node: NodeSpec) -> Node:
     where = f"nodes[{i}]"
     cls = _node_class(spec, node)
@@ -65,6 +77,7 @@ def _resolve_node(spec: ClusterSpec, i: int, node: NodeSpec) -> Node:
     if len(products) > 1:
         raise InputError(f"{where}.gpus: node {node.name!r} mixes GPU products {sorted(products)}; one per node")
     indices = {g.index for g in gpus}
+    gpus = _with_ids(node, gpus, where)
     for b in node.busy:
         if b not in indices:
             raise InputError(
@@ -164,6 +177,7 @@ def build_topology(spec: ClusterSpec) -> Topology:
         order=order,
         crossing=crossing,
         measured={o.domain: o.source or "measured" for o in spec.overrides},
+        level_labels={str(k): v for k, v in spec.topology_labels.items()},
     )
 
 

@@ -22,6 +22,8 @@ class Gpu:
     product: str
     memory_gib: float
     socket: int
+    uuid: str | None = None  # identifiers from the cluster file's gpuIds (what --target dra selects by)
+    pci_bus_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class Topology:
     order: dict[str, int]  # domain id -> position in a canonical pre-order (for tie-breaks)
     crossing: dict[str, tuple[float, float]]  # domain id -> (GB/s, us) between GPUs in different children
     measured: dict[str, str] = field(default_factory=dict)  # domain id -> source of its override figures
+    level_labels: dict[str, str] = field(default_factory=dict)  # level -> node label key (file's topologyLabels)
 
     def node_by_name(self, name: str) -> Node:
         idx = self._by_name.get(name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-TARGETS = ("coscheduling", "kai", "volcano", "kueue", "grove", "lws", "dra")
+TARGETS = ("coscheduling", "kai", "volcano", "kueue", "grove", "lws", "dra", "dynamo")
 DEFAULT_TARGET = "coscheduling"
 
 

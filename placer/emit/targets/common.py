@@ -8,6 +8,7 @@ names); documents are plain dicts serialised by PyYAML or json, never string tem
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -26,7 +27,9 @@ from placer.topology.graph import Topology
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME = "kubernetes.io/hostname"
-# Node label per placer level; spec.scheduling.topologyLabels replaces any of them. Sockets have no label.
+# Node label per placer level when neither spec.scheduling.topologyLabels nor the cluster file's
+# topologyLabels (written by `placer cluster import` from the labels the nodes carry) names one.
+# Sockets have no label.
 DEFAULT_LEVEL_LABELS = {
     "node": HOSTNAME,
     "nvlink-domain": "nvidia.com/gpu.clique",
@@ -45,6 +48,7 @@ class Context:
     report: Report
     nccl: bool = False  # add NCCL env and the placer.dev/nccl annotation to engine pods
     exact_gpus: bool = False  # the target enforces GPU indices (DRA)
+    target_version: str | None = None  # --target-version: the scheduler's release; None = the newest supported
 
     @property
     def name(self) -> str:
@@ -76,7 +80,20 @@ class Context:
         level = "node" if level == "socket" else level
         if level == "spine":
             return None
-        return self.spec.scheduling.topology_labels.get(level, DEFAULT_LEVEL_LABELS[level])  # type: ignore[call-overload]
+        given = self.spec.scheduling.topology_labels.get(level)  # type: ignore[call-overload]
+        return given or self.topo.level_labels.get(level) or DEFAULT_LEVEL_LABELS[level]
+
+    def version_below(self, release: str) -> bool:
+        """True when --target-version names a release older than ``release`` (no version: the newest)."""
+        return self.target_version is not None and version_key(self.target_version) < version_key(release)
+
+    def require_version(self, product: str, oldest: str, why: str) -> None:
+        """Refuse (bad input, exit 2) a --target-version older than the oldest release placer's output fits."""
+        if self.version_below(oldest):
+            raise InputError(
+                f"--target-version {self.target_version}: {product} before {oldest} {why}; placer supports "
+                f"{product} {oldest} and later"
+            )
 
     @cached_property
     def levels_present(self) -> list[str]:
@@ -120,6 +137,26 @@ class Context:
             STATUS_ANNOTATION: json.dumps(status_record(self.placement.stats), sort_keys=True, separators=(",", ":")),
             CLUSTER_ANNOTATION: self.placement.cluster,
         }
+
+
+def version_key(release: str) -> tuple[int, ...]:
+    """Release order by its numbers: v1.13.0 < 1.14; v0.1.0-alpha.9 < v0.1.0-alpha.10 (pre-releases only)."""
+    numbers = tuple(int(n) for n in re.findall(r"\d+", release))
+    if not numbers:
+        raise InputError(f"--target-version {release!r}: expected a release such as 1.14 or v0.1.0-alpha.10")
+    return numbers + (0,) * (4 - len(numbers))  # 1.12 == 1.12.0
+
+
+def cluster_labels(spec: ServingTopology, component: str) -> dict[str, str]:
+    """Labels of a cluster-scoped object a deployment emits (a topology shared by the cluster's deployments)."""
+    name = spec.metadata.name
+    return {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": name,
+        "app.kubernetes.io/managed-by": "placer",
+    }
 
 
 def labels(spec: ServingTopology, replica: int, component: str) -> dict[str, str]:

@@ -1,13 +1,22 @@
-"""Dynamic Resource Allocation (``resource.k8s.io/v1``): the exact GPUs, not just how many.
+"""Dynamic Resource Allocation (``resource.k8s.io/v1``, Kubernetes >= 1.34): the exact GPUs, not just how many.
 
 Phase 1, the gang: the coscheduling ``PodGroup`` of the default target (kube-scheduler's DRA plugin
 allocates claims; the coscheduling plugin holds the replica back until all of it fits).
 Phase 2, one ``ResourceClaimTemplate`` per pod: a single request for ``count`` devices of the spec's
-DeviceClass (``gpu.nvidia.com``, the NVIDIA DRA driver's) whose CEL selector admits only whole GPUs
-(``type == "gpu"``) with the indices placer chose on that node; the pod's node affinity makes the node
-exact, so the claim can only be satisfied by those GPUs. Phase 3, the pod: ``resourceClaims`` names the
-template, the engine container consumes the claim, and asks for no ``nvidia.com/gpu`` (that is the device
-plugin's resource; a DRA cluster publishes the GPUs through ResourceSlices instead).
+DeviceClass (``gpu.nvidia.com``, the NVIDIA DRA driver's) whose CEL selector admits only the GPUs placer
+chose on that node, named by an attribute the driver publishes: ``uuid`` (every release, v25.3.0 to main),
+or, where the cluster file knows no uuid, the standard ``resource.kubernetes.io/pciBusID`` (v25.12.0 and
+later). The driver stopped publishing ``index`` in v25.8.0, and a selector naming an attribute a device
+lacks makes the scheduler abort the claim, so indices are never selected on. The pod's node affinity makes
+the node exact, so the claim can only be met by those GPUs. The identifiers come from the cluster file
+(``gpuIds``, written by ``placer cluster import --resourceslices`` or ``--nccl-xml``); a chosen GPU with
+neither is bad input (exit 2) naming the node, the GPUs and the import that supplies them.
+Phase 3, multi-node NVLink: an instance whose pods sit on several trays of one NVLink domain (GB200 NVL72)
+needs an IMEX channel shared by its pods; placer emits a ``ComputeDomain`` (``resource.nvidia.com/v1beta1``)
+per such instance, whose controller creates the channel's ResourceClaimTemplate, and every pod of the
+instance claims it. Phase 4, the pod: ``resourceClaims`` names the templates, the engine container consumes
+the claims, and asks for no ``nvidia.com/gpu`` (the device plugin's resource; a DRA cluster publishes the
+GPUs through ResourceSlices instead).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from placer.emit.targets import coscheduling
 from placer.emit.targets.common import (
     GROUP_LABEL,
     Context,
+    dns_label,
     engine_container,
     hostname,
     instance_labels,
@@ -26,16 +36,75 @@ from placer.emit.targets.common import (
     pod_spec,
 )
 from placer.emit.targets.router import router_docs
+from placer.model.errors import InputError
 from placer.model.placement import InstancePlacement, Pod, ReplicaPlacement
 
-DESCRIPTION = "DRA ResourceClaimTemplates selecting the exact GPUs per node (CEL), coscheduling gang"
+DESCRIPTION = "DRA ResourceClaimTemplates selecting the exact GPUs by uuid (CEL), ComputeDomains for multi-node NVLink"
 CLAIM = "gpus"
+CHANNEL = "imex-channel"
+STANDARD = "resource.kubernetes.io"  # the domain of the standard pciBusID attribute
+IMPORTS = (
+    "import them into the cluster file: `placer cluster import --resourceslices resourceslices.json` "
+    "(`kubectl get resourceslices -o json`: uuid and bus id of every GPU the DRA driver publishes) or "
+    "`--nccl-xml` with an NCCL_TOPO_DUMP_FILE dump of the node (bus ids)"
+)
 
 
-def selector(driver: str, gpus: tuple[int, ...]) -> str:
-    """CEL over the driver's device attributes: whole GPUs with exactly these indices."""
-    attrs = f'device.attributes["{driver}"]'
-    return f'{attrs}.type == "gpu" && {attrs}.index in [{", ".join(map(str, gpus))}]'
+def selector(driver: str, attribute: str, values: list[str]) -> str:
+    """CEL over the device's attributes: whole GPUs whose ``attribute`` is one of ``values``."""
+    domain = STANDARD if attribute == "pciBusID" else driver
+    listed = ", ".join(f'"{v}"' for v in values)
+    return f'device.attributes["{driver}"].type == "gpu" && device.attributes["{domain}"].{attribute} in [{listed}]'
+
+
+def pod_selector(ctx: Context, pod: Pod) -> str:
+    """The selector of one pod's claim: by uuid when every chosen GPU has one, else by bus id."""
+    node = ctx.topo.node_by_name(pod.node)
+    gpus = [node.gpu(i) for i in pod.gpus]
+    driver = ctx.spec.scheduling.dra.driver
+    if all(g.uuid for g in gpus):
+        return selector(driver, "uuid", [g.uuid or "" for g in gpus])
+    if all(g.pci_bus_id for g in gpus):
+        return selector(driver, "pciBusID", [g.pci_bus_id or "" for g in gpus])
+    missing = [g.index for g in gpus if not g.uuid and not g.pci_bus_id]
+    partial = "" if missing else " (some have only a uuid, others only a bus id; one selector needs one kind)"
+    which = missing or list(pod.gpus)
+    raise InputError(
+        f"--target dra: node {pod.node} GPU(s) {','.join(map(str, which))}: the cluster file has no "
+        f"gpuIds (uuid or pciBusID) for them{partial}, and the NVIDIA DRA driver publishes no GPU index "
+        f"to select on (since v25.8.0); {IMPORTS}"
+    )
+
+
+def imex_instance(ctx: Context, inst: InstancePlacement) -> bool:
+    """Pods on several nodes of one multi-node NVLink domain: they share GPU memory through IMEX."""
+    if len({p.node for p in inst.pods}) < 2:
+        return False
+    domains = {ctx.topo.node_by_name(p.node).path.get("nvlink-domain") for p in inst.pods}
+    return len(domains) == 1 and None not in domains
+
+
+def _base(ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement) -> str:
+    return f"{ctx.name}-r{rep.index}-{inst.pool}-{inst.index}"
+
+
+def compute_domain(ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement) -> dict[str, Any]:
+    """The IMEX domain of one instance; its controller makes the ResourceClaimTemplate ``<name>-channel``."""
+    name = dns_label(f"{_base(ctx, rep, inst)}-imex", "ComputeDomain name")
+    return {
+        "apiVersion": "resource.nvidia.com/v1beta1",
+        "kind": "ComputeDomain",
+        "metadata": {
+            "name": name,
+            "namespace": ctx.namespace,
+            "labels": instance_labels(ctx.spec, rep.index, inst),
+            "annotations": {"placer.dev/nodes": ",".join(sorted({p.node for p in inst.pods}))},
+        },
+        "spec": {
+            "numNodes": 0,  # deprecated; 0 with the driver's default IMEXDaemonsWithDNSNames
+            "channel": {"resourceClaimTemplate": {"name": dns_label(f"{name}-channel", "channel template name")}},
+        },
+    }
 
 
 def claim_template(ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement, j: int) -> dict[str, Any]:
@@ -47,7 +116,7 @@ def claim_template(ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement,
             "deviceClassName": dra.device_class,
             "allocationMode": "ExactCount",
             "count": len(pod.gpus),
-            "selectors": [{"cel": {"expression": selector(dra.driver, pod.gpus)}}],
+            "selectors": [{"cel": {"expression": pod_selector(ctx, pod)}}],
         },
     }
     return {
@@ -63,12 +132,17 @@ def claim_template(ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement,
     }
 
 
-def claimed_pod(ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement, j: int, scheduler: str | None) -> dict:
+def claimed_pod(
+    ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement, j: int, scheduler: str | None, channel: str | None
+) -> dict:
     pod = inst.pods[j]
     template = claim_template(ctx, rep, inst, j)
-    container = engine_container(ctx, inst, None, j, claims=[CLAIM])
+    claims = [CLAIM] + ([CHANNEL] if channel else [])
+    container = engine_container(ctx, inst, None, j, claims=claims)
     spec = pod_spec(ctx, container, [hostname(ctx.topo, pod.node)], scheduler)
     spec["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": template["metadata"]["name"]}]
+    if channel:
+        spec["resourceClaims"].append({"name": CHANNEL, "resourceClaimTemplateName": channel})
     group = ctx.gang_name(rep.index)
     return {
         "apiVersion": "v1",
@@ -84,13 +158,22 @@ def claimed_pod(ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement, j:
 
 
 def build(ctx: Context) -> list[dict]:
+    # --target-version names the Kubernetes release for this target: DRA is kube-scheduler's.
+    ctx.require_version(
+        "Kubernetes", "1.34", "serves no resource.k8s.io/v1 (DRA is GA from 1.34; 1.32-1.33 have only v1beta1/v1beta2)"
+    )
     docs: list[dict] = []
     scheduler = ctx.spec.scheduling.scheduler_name  # the gang is the coscheduling PodGroup
     for rep in ctx.placement.replicas:
         docs.append(coscheduling.pod_group(ctx, rep))
         for inst in rep.instances:
+            channel = None
+            if imex_instance(ctx, inst):
+                domain = compute_domain(ctx, rep, inst)
+                docs.append(domain)
+                channel = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
             for j in range(len(inst.pods)):
                 docs.append(claim_template(ctx, rep, inst, j))
-                docs.append(claimed_pod(ctx, rep, inst, j, scheduler))
+                docs.append(claimed_pod(ctx, rep, inst, j, scheduler, channel))
         docs += router_docs(ctx, rep)
     return docs

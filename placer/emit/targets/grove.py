@@ -8,9 +8,18 @@ nodes (hostname anti-affinity keeps one pod per node); where workers would need 
 pod gets its own pinned clique. Phase 3, the gang and its order: Grove gang-schedules the minimum of every
 clique and scaling group, so a replica starts with at least one instance of each pool (and every multi-node
 instance whole); with ``router.startFirst`` every engine clique ``startsAfter`` the router
-(``CliqueStartupTypeExplicit``). Pack constraints: the PodCliqueSet packs at the level of the narrowest
-domain holding the replica, each scaling group at its instance's level, in Grove's domain names (see
-``GROVE_DOMAIN``). The router's ``Service`` selects the router clique's pods.
+(``CliqueStartupTypeExplicit``). Every clique's ``roleName`` is its own name (Grove's webhook wants them
+unique). Phase 4, packing (Grove v0.1.0-alpha.10 and later, topology-aware scheduling enabled in Grove's
+OperatorConfiguration, else its webhook refuses every constraint): the PodCliqueSet requires
+(``pack.required``) the domain of the narrowest level holding the replica, each scaling group its
+instance's level. Domains are named in a ``ClusterTopologyBinding`` (``placer-<cluster>``, cluster-scoped)
+whose levels are this cluster's levels with the node labels that carry them (``Context.level_label``),
+broadest first; every constraint names it in ``topologyName``. ``scheduling.topology`` names an existing
+binding instead, whose domains must then be called as in ``GROVE_DOMAIN``. The router's ``Service``
+selects the router clique's pods.
+
+Grove names pods ``<PodCliqueSet>-<i>-[<scaling group>-<j>-]<clique>-<random>`` and allows the three
+names 45 characters together; a spec whose names exceed that is refused (bad input, exit 2).
 
 One PodCliqueSet per replica because Grove replicas share one template, and placer pins each replica to
 its own nodes. ``schedulerName`` is left to Grove's operator unless the spec sets it.
@@ -25,6 +34,7 @@ from placer.emit.targets.common import (
     Context,
     affinity,
     anti_affinity,
+    cluster_labels,
     dns_label,
     engine_container,
     hostname,
@@ -36,25 +46,72 @@ from placer.emit.targets.common import (
 )
 from placer.emit.targets.nccl import instance_settings
 from placer.emit.targets.router import router_container, router_service
+from placer.model.errors import InputError
 from placer.model.placement import InstancePlacement, ReplicaPlacement
 
 DESCRIPTION = "Grove PodCliqueSet per replica: cliques per role, scaling group per multi-node instance"
-# placer level -> Grove topology domain (region > zone > datacenter > block > rack > host > numa). An NVLink
-# domain packs at rack: looser where NVLink domains are smaller than racks; node affinity keeps the nodes.
-GROVE_DOMAIN = {"socket": "numa", "node": "host", "nvlink-domain": "rack", "rack": "rack", "leaf": "block"}
+# placer level -> domain name in the ClusterTopologyBinding (Grove's own names where it has one: block, rack,
+# host). A socket packs at its host: no node label names a NUMA node.
+GROVE_DOMAIN = {"socket": "host", "node": "host", "nvlink-domain": "nvlink-domain", "rack": "rack", "leaf": "block"}
+OLDEST = "v0.1.0-alpha.10"  # first release with pack.required (packDomain is refused on create since)
+MAX_POD_NAME_PARTS = 45  # Grove's webhook: PodCliqueSet + scaling group + clique name lengths
 
 
-def _pack(ctx: Context, domain_id: str) -> dict[str, str] | None:
-    domain = GROVE_DOMAIN.get(ctx.level_of(domain_id))
-    return None if domain is None or domain_id == ctx.topo.root else {"packDomain": domain}
+def binding_name(ctx: Context) -> str:
+    return ctx.spec.scheduling.topology or f"placer-{ctx.placement.cluster}"
 
 
-def _clique(name: str, role: str, replicas: int, pod: dict, labels_: dict, annotations: dict) -> dict[str, Any]:
+def _levels(ctx: Context) -> list[tuple[str, str]]:
+    """(domain, node label) broadest first, host last; a level carried by the same label as a broader one
+    (a GB200 rack that is its NVLink domain) is that level (Grove wants each label once)."""
+    out: dict[str, str] = {}
+    for level in reversed(ctx.levels_present):
+        key = ctx.level_label(level)
+        if key is not None and key not in out.values():
+            out[GROVE_DOMAIN[level]] = key
+    return list(out.items())
+
+
+def _domain(ctx: Context, level: str) -> str | None:
+    """The binding's domain for a placer level (the broader level's, when both share one label)."""
+    key = ctx.level_label(level)
+    return next((d for d, k in _levels(ctx) if k == key), None) if key else None
+
+
+def binding_doc(ctx: Context) -> dict[str, Any]:
+    return {
+        "apiVersion": "grove.io/v1alpha1",
+        "kind": "ClusterTopologyBinding",
+        "metadata": {"name": binding_name(ctx), "labels": cluster_labels(ctx.spec, "topology")},
+        "spec": {"levels": [{"domain": d, "key": k} for d, k in _levels(ctx)]},
+    }
+
+
+def _name_budget(pcs: str, group: str, clique: str) -> None:
+    total = len(pcs) + len(group) + len(clique)
+    if total > MAX_POD_NAME_PARTS:
+        parts = " + ".join(f"{n!r} ({len(n)})" for n in (pcs, group, clique) if n)
+        raise InputError(
+            f"--target grove: Grove names pods after the PodCliqueSet, scaling group and clique, and allows "
+            f"{MAX_POD_NAME_PARTS} characters for them together; {parts} = {total} (shorten metadata.name or the "
+            "pool name)"
+        )
+
+
+def _pack(ctx: Context, domain_id: str) -> dict[str, Any] | None:
+    domain = _domain(ctx, ctx.level_of(domain_id))
+    if domain is None or domain_id == ctx.topo.root:
+        return None
+    return {"topologyName": binding_name(ctx), "pack": {"required": domain}}
+
+
+def _clique(name: str, replicas: int, pod: dict, labels_: dict, annotations: dict) -> dict[str, Any]:
+    """A clique; its roleName is its name, since Grove wants roleNames unique within a PodCliqueSet."""
     return {
         "name": name,
         "labels": labels_,
         "annotations": annotations,
-        "spec": {"roleName": role, "replicas": replicas, "minAvailable": 1, "podSpec": pod},
+        "spec": {"roleName": name, "replicas": replicas, "minAvailable": 1, "podSpec": pod},
     }
 
 
@@ -71,7 +128,6 @@ def _engine(ctx: Context, rep: ReplicaPlacement, insts: list[InstancePlacement],
 
 
 def _instance_cliques(ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement) -> list[dict[str, Any]]:
-    role = ctx.spec.role_of(inst.pool)
     lab = instance_labels(ctx.spec, rep.index, inst)
     base = f"{inst.pool}-{inst.index}"
     split = leader_split(inst)
@@ -81,7 +137,7 @@ def _instance_cliques(ctx: Context, rep: ReplicaPlacement, inst: InstancePlaceme
         pod = _engine(ctx, rep, [inst], [(0, j) for j in pods])
         pod["affinity"] |= anti_affinity(ctx, rep.index, inst)
         notes = pod_annotations(ctx, rep.index, inst, inst.pods[pods[0]] if len(pods) == 1 else None)
-        out.append(_clique(f"{base}-{suffix}", role, len(pods), pod, lab, notes))
+        out.append(_clique(f"{base}-{suffix}", len(pods), pod, lab, notes))
     return out
 
 
@@ -100,7 +156,7 @@ def pod_clique_set(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
         if sched:
             router_pod["schedulerName"] = sched
         lab = labels(ctx.spec, rep.index, "router")
-        cliques.append(_clique("router", "router", 1, router_pod, lab, {"placer.dev/node": rep.router}))
+        cliques.append(_clique("router", 1, router_pod, lab, {"placer.dev/node": rep.router}))
     for pool in sorted({i.pool for i in rep.instances}):
         members = [i for i in rep.instances if i.pool == pool]
         single = [i for i in members if len(i.pods) == 1]
@@ -113,14 +169,15 @@ def pod_clique_set(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
                 "placer.dev/domains": json.dumps(domains, sort_keys=True),
             }
             pod = _engine(ctx, rep, single, [(k, 0) for k in range(len(single))])
-            cliques.append(_clique(pool, ctx.spec.role_of(pool), len(single), pod, lab, notes))
+            cliques.append(_clique(pool, len(single), pod, lab, notes))
         for inst in (i for i in members if len(i.pods) > 1):
             own = _instance_cliques(ctx, rep, inst)
-            for clique in own:  # Grove names them <pcs>-<replica>-<group>-<index>-<clique>
-                dns_label(f"{name}-0-{inst.pool}-{inst.index}-0-{clique['name']}", "PodClique name")
+            group_name = f"{inst.pool}-{inst.index}"
+            for clique in own:
+                _name_budget(name, group_name, clique["name"])
             cliques += own
             group: dict[str, Any] = {
-                "name": f"{inst.pool}-{inst.index}",
+                "name": group_name,
                 "cliqueNames": [c["name"] for c in own],
                 "replicas": 1,
                 "minAvailable": 1,
@@ -129,8 +186,10 @@ def pod_clique_set(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
             if pack:
                 group["topologyConstraint"] = pack
             groups.append(group)
+    grouped = {n for g in groups for n in g["cliqueNames"]}
     for clique in cliques:
-        dns_label(f"{name}-0-{clique['name']}", "PodClique name")  # standalone: <pcs>-<replica>-<clique>
+        if clique["name"] not in grouped:
+            _name_budget(name, "", clique["name"])
     template: dict[str, Any] = {"cliques": cliques}
     if groups:
         template["podCliqueScalingGroups"] = groups
@@ -150,7 +209,8 @@ def pod_clique_set(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
 
 
 def build(ctx: Context) -> list[dict]:
-    docs: list[dict] = []
+    ctx.require_version("Grove", OLDEST, "has no pack.required (and refuses packDomain on new workloads since)")
+    docs: list[dict] = [] if ctx.spec.scheduling.topology else [binding_doc(ctx)]
     for rep in ctx.placement.replicas:
         docs.append(pod_clique_set(ctx, rep))
         if ctx.spec.router is not None and rep.router is not None:

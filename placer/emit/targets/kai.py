@@ -8,16 +8,18 @@ of the domain placer chose for it, preferred at the spec's preferred level when 
 wants the PodGroup's ``minMember`` to be the sum over the leaves, which it is.
 Phase 3, the pods: ``schedulerName: kai-scheduler``, the ``pod-group-name`` annotation, the
 ``kai.scheduler/subgroup-name`` and ``kai.scheduler/queue`` labels, and node affinity to the chosen node.
-Constraints name node labels through a ``Topology`` (``kai.scheduler/v1``, cluster-scoped) whose levels are
-this cluster's levels, broadest first, hostname last; placer emits it unless ``scheduling.topology`` names
-one that exists.
+Constraints name node labels through a ``Topology`` (``kai.scheduler/v1alpha1``, cluster-scoped, served by
+KAI v0.12.0 and later) whose levels are this cluster's levels as the node labels that carry them
+(``Context.level_label``), broadest first, hostname last; placer emits it unless ``scheduling.topology``
+names one that exists. Two levels carried by one label (a GB200 rack that is its NVLink domain) are one
+level, since KAI wants each label once.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from placer.emit.targets.common import HOSTNAME, Context, engine_pod, replica_pods
+from placer.emit.targets.common import HOSTNAME, Context, cluster_labels, engine_pod, replica_pods
 from placer.emit.targets.router import router_docs
 from placer.model.levels import LEVEL_RANK
 from placer.model.placement import InstancePlacement, ReplicaPlacement
@@ -28,6 +30,8 @@ QUEUE = "default-queue"
 QUEUE_LABEL = "kai.scheduler/queue"
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 GROUP_ANNOTATION = "pod-group-name"
+TOPOLOGY_API = "kai.scheduler/v1alpha1"  # the only version KAI serves (v0.12.0 to main)
+OLDEST = "v0.12.0"  # first release with kai.scheduler Topology (before: Kueue's) and subgroup parents
 
 
 def topology_name(ctx: Context) -> str:
@@ -36,14 +40,12 @@ def topology_name(ctx: Context) -> str:
 
 def topology_doc(ctx: Context) -> dict[str, Any]:
     """The levels of this cluster as node labels, broadest first; ``kubernetes.io/hostname`` last."""
-    keys = [ctx.level_label(lv) for lv in reversed(ctx.levels_present)]
-    levels = [{"nodeLabel": k} for k in keys if k is not None]
-    if not any(lv["nodeLabel"] == HOSTNAME for lv in levels):
-        levels.append({"nodeLabel": HOSTNAME})
+    keys = [k for k in (ctx.level_label(lv) for lv in reversed(ctx.levels_present)) if k and k != HOSTNAME]
+    levels = [{"nodeLabel": k} for k in dict.fromkeys(keys)] + [{"nodeLabel": HOSTNAME}]
     return {
-        "apiVersion": "kai.scheduler/v1",
+        "apiVersion": TOPOLOGY_API,
         "kind": "Topology",
-        "metadata": {"name": topology_name(ctx), "labels": {"app.kubernetes.io/managed-by": "placer"}},
+        "metadata": {"name": topology_name(ctx), "labels": cluster_labels(ctx.spec, "topology")},
         "spec": {"levels": levels},
     }
 
@@ -53,7 +55,9 @@ def _constraint(ctx: Context, level: str, preferred: str | None = None) -> dict[
     out = {"topology": topology_name(ctx)}
     if required is not None:
         out["requiredTopologyLevel"] = required
-    if preferred is not None and LEVEL_RANK[preferred] < LEVEL_RANK[level]:
+    if preferred == "socket":
+        preferred = "node"
+    if preferred in ctx.levels_present and LEVEL_RANK[preferred] < LEVEL_RANK[level]:  # a level the Topology has
         pref = ctx.level_label(preferred)
         if pref is not None and pref != required:
             out["preferredTopologyLevel"] = pref
@@ -102,6 +106,7 @@ def pod_group(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
 
 
 def build(ctx: Context) -> list[dict]:
+    ctx.require_version("KAI-Scheduler", OLDEST, "has no kai.scheduler/v1alpha1 Topology")
     docs: list[dict] = [] if ctx.spec.scheduling.topology else [topology_doc(ctx)]
     scheduler = ctx.scheduler(SCHEDULER)
     queue = {QUEUE_LABEL: ctx.queue(QUEUE)}

@@ -6,11 +6,17 @@ the group as one Workload. ``kueue.x-k8s.io/pod-group-serving: "true"`` marks it
 completes.
 Phase 2, PodSets: Kueue groups a pod group's pods into PodSets by ``kueue.x-k8s.io/role-hash``; placer
 names one role per (pool, GPUs per pod), so a PodSet is uniform. Each role requires
-(``podset-required-topology``) the level of the narrowest domain holding its pods; when the role is made of
-whole instances of equal size, ``podset-slice-size`` = pods per instance and
-``podset-slice-required-topology`` = the level of the broadest instance, so that every TP group stays in
-one domain of the level placer put it in. A role spread over the whole cluster asks for
-``podset-unconstrained-topology`` (TAS bookkeeping without a domain).
+(``podset-required-topology``) the level of the narrowest domain holding its pods, or, spread over the whole
+cluster, asks for ``podset-unconstrained-topology`` (TAS bookkeeping without a domain). Independently, a
+role made of whole instances of equal size is sliced per TP group: ``podset-slice-size`` = pods per instance
+and ``podset-slice-required-topology`` = the level of the broadest instance, so that every TP group stays in
+one domain of the level placer put it in, even when the role spans the spine. Which pods form a slice is
+given, not left to Kueue's greedy fallback: each pod's ``kueue.x-k8s.io/pod-group-pod-index`` label is its
+rank in its role, an instance's pods consecutive (Kueue gives consecutive ranks of a PodSet to one slice
+domain; kueue pkg/controller/tas/topology_ungater.go). A multi-node instance whose pods split into two
+roles (unequal GPU counts), one of them a single pod, keeps both in its domain as a PodSet group
+(``podset-group-name`` = the instance, both requiring its level; Kueue groups exactly two PodSets, one of
+them a single pod, and never with slices).
 The replica's first pod also carries placer's spec and solver status (``placer.dev/spec``, …), which
 ``placer explain`` reads back, since a Kueue pod group has no object of its own.
 Phase 3, node affinity: each pod admits the nodes placer chose for its role in its replica (all pods of a
@@ -47,6 +53,9 @@ REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
 SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
 SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+POD_INDEX = "kueue.x-k8s.io/pod-group-pod-index"
+PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
+OLDEST = "v0.13.0"  # first release with PodSet slices and podset-group-name
 
 
 def roles(rep: ReplicaPlacement) -> dict[str, list[tuple[InstancePlacement, int]]]:
@@ -65,9 +74,7 @@ def roles(rep: ReplicaPlacement) -> dict[str, list[tuple[InstancePlacement, int]
 def _topology(ctx: Context, rep: ReplicaPlacement, members: list[tuple[InstancePlacement, int]]) -> dict[str, str]:
     domain = ctx.nodes_domain([i.pods[j] for i, j in members])
     label = ctx.level_label(ctx.level_of(domain))
-    if domain == ctx.topo.root or label is None:
-        return {UNCONSTRAINED: "true"}
-    out = {REQUIRED: label}
+    out = {UNCONSTRAINED: "true"} if domain == ctx.topo.root or label is None else {REQUIRED: label}
     instances = {(i.pool, i.index): i for i, _ in members}
     whole = sum(len(i.pods) for i in instances.values()) == len(members)
     sizes = {len(i.pods) for i in instances.values()}
@@ -76,26 +83,66 @@ def _topology(ctx: Context, rep: ReplicaPlacement, members: list[tuple[InstanceP
             (ctx.instance_domain(rep.index, i) for i in instances.values()), key=lambda d: LEVEL_RANK[ctx.level_of(d)]
         )
         slice_label = ctx.level_label(ctx.level_of(widest))
-        if slice_label is not None:
+        if slice_label is not None and widest != ctx.topo.root:
             out |= {SLICE_REQUIRED: slice_label, SLICE_SIZE: str(sizes.pop())}
     return out
 
 
+def _podset_groups(ctx: Context, rep: ReplicaPlacement, by_role: dict[str, list]) -> dict[str, dict[str, str]]:
+    """Role -> annotations grouping it with the other role of the same instance (see Phase 2)."""
+    out: dict[str, dict[str, str]] = {}
+    owner: dict[tuple[str, int], list[str]] = {}
+    for role, members in by_role.items():
+        insts = {(i.pool, i.index) for i, _ in members}
+        if len(insts) == 1:
+            owner.setdefault(insts.pop(), []).append(role)
+    for inst in rep.instances:
+        pair = owner.get((inst.pool, inst.index), [])
+        if len(pair) != 2 or len(inst.pods) != sum(len(by_role[r]) for r in pair):
+            continue
+        if min(len(by_role[r]) for r in pair) != 1:
+            continue
+        domain = ctx.instance_domain(rep.index, inst)
+        label = ctx.level_label(ctx.level_of(domain))
+        if label is None or domain == ctx.topo.root:
+            continue
+        for role in pair:
+            out[role] = {REQUIRED: label, PODSET_GROUP: f"{inst.pool}-{inst.index}"}
+    return out
+
+
+def _rank_offsets(grouped: dict[str, dict[str, str]], by_role: dict[str, list]) -> dict[str, int]:
+    """Kueue ranks a PodSet group's pods across both PodSets: the smaller (by count, then name) from 0, the
+    other after it (kueue pkg/controller/tas/topology_ungater.go, rankOffsets), so its indices start there."""
+    out: dict[str, int] = {}
+    pairs: dict[str, list[str]] = {}
+    for role, notes in grouped.items():
+        pairs.setdefault(notes[PODSET_GROUP], []).append(role)
+    for pair in pairs.values():
+        first, second = sorted(pair, key=lambda r: (len(by_role[r]), r))
+        out[second] = len(by_role[first])
+    return out
+
+
 def build(ctx: Context) -> list[dict]:
+    ctx.require_version("Kueue", OLDEST, "has no PodSet slices for plain Pod groups")
     docs: list[dict] = []
     scheduler = ctx.scheduler(None)
     queue = ctx.queue(QUEUE)
     for rep in ctx.placement.replicas:
         group = ctx.gang_name(rep.index)
-        role_of: dict[tuple[str, int, int], tuple[str, dict[str, str], list[str]]] = {}
-        for role, members in roles(rep).items():
-            topology = _topology(ctx, rep, members)
+        role_of: dict[tuple[str, int, int], tuple[str, dict[str, str], list[str], int]] = {}
+        by_role = roles(rep)
+        grouped = _podset_groups(ctx, rep, by_role)
+        offsets = _rank_offsets(grouped, by_role)
+        for role, members in by_role.items():
+            topology = grouped.get(role) or _topology(ctx, rep, members)
             hosts = [hostname(ctx.topo, i.pods[j].node) for i, j in members]
-            for inst, j in members:
-                role_of[(inst.pool, inst.index, j)] = (role, topology, hosts)
+            for rank, (inst, j) in enumerate(members):  # an instance's pods are consecutive in its role
+                role_of[(inst.pool, inst.index, j)] = (role, topology, hosts, offsets.get(role, 0) + rank)
         for inst in rep.instances:
             for j, pod in enumerate(inst.pods):
-                role, topology, hosts = role_of[(inst.pool, inst.index, j)]
+                role, topology, hosts, rank = role_of[(inst.pool, inst.index, j)]
                 annotations = pod_annotations(ctx, rep.index, inst, pod)
                 annotations |= {TOTAL: str(replica_pods(rep)), SERVING: "true", ROLE: role} | topology
                 if inst is rep.instances[0] and j == 0:  # a pod group has no object of its own: its first pod
@@ -107,7 +154,8 @@ def build(ctx: Context) -> list[dict]:
                     "metadata": {
                         "name": pod_name(ctx.spec, rep.index, inst, j),
                         "namespace": ctx.namespace,
-                        "labels": instance_labels(ctx.spec, rep.index, inst) | {QUEUE_LABEL: queue, GROUP_LABEL: group},
+                        "labels": instance_labels(ctx.spec, rep.index, inst)
+                        | {QUEUE_LABEL: queue, GROUP_LABEL: group, POD_INDEX: str(rank)},
                         "annotations": annotations,
                     },
                     "spec": pod_spec(ctx, container, hosts, scheduler),

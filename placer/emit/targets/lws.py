@@ -35,6 +35,7 @@ from placer.model.errors import InputError
 from placer.model.placement import InstancePlacement, ReplicaPlacement
 
 DESCRIPTION = "LeaderWorkerSet per multi-node instance (leader and workers pinned) under the coscheduling gang"
+OLDEST = "v0.3.0"  # first release with startupPolicy (LeaderCreated)
 
 
 def _template(
@@ -91,6 +92,7 @@ def leader_worker_set(
 
 
 def build(ctx: Context) -> list[dict]:
+    ctx.require_version("LeaderWorkerSet", OLDEST, "has no startupPolicy")
     docs: list[dict] = []
     scheduler = ctx.spec.scheduling.scheduler_name  # the gang is the coscheduling PodGroup
     for rep in ctx.placement.replicas:

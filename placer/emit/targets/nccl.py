@@ -123,5 +123,7 @@ def runtime_notes(topo: Topology, inst: InstancePlacement, exact_gpus: bool) -> 
                 "Topology Manager (single-numa-node)"
             )
     if len(inst.pods) > 1 and all("nvlink-domain" in topo.node_by_name(p.node).path for p in inst.pods):
-        notes.append("multi-node NVLink needs an IMEX channel (NVIDIA DRA driver ComputeDomain); not emitted")
+        one = len({topo.node_by_name(p.node).path["nvlink-domain"] for p in inst.pods}) == 1
+        emitted = "the instance's ComputeDomain provides it" if exact_gpus and one else "not emitted"
+        notes.append(f"multi-node NVLink needs an IMEX channel (NVIDIA DRA driver ComputeDomain); {emitted}")
     return notes

@@ -6,6 +6,9 @@ Phase 2, ``subGroupPolicy``: one policy per pool whose instances each need ``sub
 grouped by ``placer.dev/instance`` through ``matchLabelKeys``; ``minSubGroups`` = the pool's instances),
 in hard mode at the tier of the broadest instance; a pool whose instances differ in pod count gets one
 policy per instance instead. Single-node instances need no tier (one pod sits on one node).
+Versions: ``networkTopology`` on PodGroups exists from Volcano 1.12, ``subGroupPolicy`` from 1.14 (older
+releases' strict field validation refuses it). ``--target-version 1.12`` or ``1.13`` leaves
+``subGroupPolicy`` out (each TP group's tier is then held by node affinity only); before 1.12 is refused.
 Phase 3, the pods: ``schedulerName: volcano``, the ``scheduling.k8s.io/group-name`` annotation, node
 affinity to the chosen node.
 
@@ -28,6 +31,8 @@ DESCRIPTION = "Volcano PodGroup (v1beta1) with networkTopology (hard) and subGro
 SCHEDULER = "volcano"
 QUEUE = "default"
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+OLDEST = "1.12.0"  # first release with networkTopology on PodGroups
+SUBGROUPS = "1.14.0"  # first release with subGroupPolicy
 
 
 def tiers(ctx: Context) -> dict[str, int]:
@@ -79,11 +84,9 @@ def _policies(ctx: Context, rep: ReplicaPlacement) -> list[dict[str, Any]]:
 
 
 def pod_group(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "minMember": replica_pods(rep),
-        "queue": ctx.queue(QUEUE),
-        "subGroupPolicy": _policies(ctx, rep),
-    }
+    spec: dict[str, Any] = {"minMember": replica_pods(rep), "queue": ctx.queue(QUEUE)}
+    if not ctx.version_below(SUBGROUPS):
+        spec["subGroupPolicy"] = _policies(ctx, rep)
     network = _network(ctx, ctx.replica_domain(rep))
     if network:
         spec["networkTopology"] = network
@@ -96,6 +99,7 @@ def pod_group(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
 
 
 def build(ctx: Context) -> list[dict]:
+    ctx.require_version("Volcano", OLDEST, "has no networkTopology on PodGroups")
     docs: list[dict] = []
     scheduler = ctx.scheduler(SCHEDULER)
     for rep in ctx.placement.replicas:
