@@ -253,7 +253,7 @@ def test_dash_means_stdout(writer: Writer, record: Path, expected: dict[str, byt
 
 UNWRITABLE = {
     "directory": (lambda t: t, "is a directory"),
-    "empty path": (lambda t: Path(""), "cannot write ''"),
+    "empty path": (lambda t: Path(""), "cannot write"),
     "under /proc": (lambda t: Path("/proc/placer-cannot-write-here.yaml"), "cannot write"),
     "under a regular file": (lambda t: t / "file" / "out.yaml", "cannot write"),
     "missing directory": (lambda t: t / "no-such-dir" / "out.yaml", "cannot write"),
