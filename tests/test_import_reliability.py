@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import placer
-from placer.errors import InputError
+from placer.model.errors import InputError
 from placer.importers.aws_topology import parse_instance_topology
 from placer.importers.k8s_nodes import parse_nodes
 from placer.importers.nccl_tests import parse_nccl_tests

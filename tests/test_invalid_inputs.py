@@ -60,7 +60,7 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "spec-name-trailing-newline.yaml": ("spec", 5, "metadata.name: metadata.name 'demo\\n'"),
     "spec-cpu-request-1e29.yaml": (
         "spec",
-        13,
+        14,
         "pools.aggregated.template.resources.requests: cpu '1e29' is over the limit of 1000000 cores",
     ),
     "cluster-cpu-1e30.yaml": ("cluster", 9, "nodeClasses.dgx-h100.cpu: '1e30' is over the limit of 1000000 cores"),
@@ -70,7 +70,7 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "cluster-queue-depth-1e308.yaml": ("cluster", 16, "nodes[1].metrics.queueDepth: expected finite numbers"),
     "cluster-duplicate-hostname-label.yaml": (
         "cluster",
-        14,
+        15,
         "nodes[1].labels: kubernetes.io/hostname 'gpu-1' is also the hostname of node 'dgx-a'",
     ),
 }

@@ -180,6 +180,9 @@ class _Fenwick:
         return pos
 
 
+MAX_GPUS = 1_000_000  # a generated cluster is held in memory whole; more is a typo
+
+
 def generate_cluster(
     style: str, gpus: int, seed: int, busy_fraction: float | None = None, name: str | None = None
 ) -> dict[str, Any]:
