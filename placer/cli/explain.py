@@ -97,7 +97,7 @@ def explain_command(
 def _explain(
     placed_path: Path, cluster_path: Path, output, svg: Path | None, baselines: bool, deployment: str | None = None
 ) -> None:
-    from placer.emit.readback import load_placed
+    from placer.emit.readback import check_against_cluster, load_placed
     from placer.model.errors import InputError
     from placer.model.load import load_cluster, locate
     from placer.topology.build import build_topology
@@ -113,6 +113,7 @@ def _explain(
         topo = build_topology(cluster)
     except InputError as exc:
         raise locate(cluster_path, exc) from None
+    check_against_cluster(placed_path, placed.placement, topo)
     _show(placed.spec, topo, placed.placement, output, svg, baselines)
 
 

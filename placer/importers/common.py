@@ -76,10 +76,34 @@ def is_label_key(key: str) -> bool:
     return True
 
 
+_CONTROL_RUN = re.compile(r"([\x00-\x08\x0b-\x1f\x7f])\1{3,}")
+_CONTROL_NAMES = {"\x00": "NUL", "\x1b": "ESC", "\x7f": "DEL"}
+
+
 def short(text: str, limit: int = 60) -> str:
-    """A value quoted in a message, cut so that a hostile file cannot flood the terminal."""
+    """A value quoted in a message, cut so that a hostile file cannot flood the terminal; a run of one
+    control character (57 NUL bytes) is shown as its count."""
     text = text.replace("\n", " ").replace("\r", " ")
-    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+    runs: list[str] = []
+
+    def count(m: re.Match[str]) -> str:
+        name = _CONTROL_NAMES.get(m.group(1), f"0x{ord(m.group(1)):02x}")
+        runs.append(f"{len(m.group(0))} {name} bytes")
+        return m.group(1)
+
+    text = _CONTROL_RUN.sub(count, text)
+    quoted = repr(text if len(text) <= limit else text[: limit - 3] + "...")
+    return f"{quoted} (with {', '.join(runs)})" if runs else quoted
+
+
+def found_kind(data: Any) -> str:
+    """What a file holds instead of the expected kind, for "expected ..., <this>" messages."""
+    if not isinstance(data, dict):
+        return f"but the file holds a JSON {type(data).__name__}"
+    kind = data.get("kind")
+    if kind is None:
+        return "but the file has no kind field"
+    return f"got {short(str(kind), 30)}"
 
 
 def split_assignment(value: str, what: str) -> tuple[str, str]:

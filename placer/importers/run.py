@@ -115,6 +115,8 @@ def read_sources(options: ImportOptions) -> tuple[Sources, list[SourceLine]]:
             if peak and peak.out_of_place.busbw_gbps
             else "no usable row"
         )
+        if run.avg_busbw_gbps is not None:
+            figure += f", average bus bandwidth {run.avg_busbw_gbps:g} GB/s"
         lines.append(SourceLine("nccl-tests", str(path), f"{len(run.hosts)} host(s), {len(run.rows)} sizes, {figure}"))
     if options.slurm is not None:
         slurm = parse_slurm(read_source(options.slurm), str(options.slurm))
