@@ -68,8 +68,8 @@ WRITERS = [
     ),
     Writer(
         "plan --placement",
-        lambda o, r: ["plan", "--from", r, SPEC, CLUSTER, "--time-limit", "5", "--placement", o],
-        lambda r: [r, SPEC, CLUSTER],
+        lambda o, r: ["plan", "--from", r, CLUSTER, "--cut", "0", "--time-limit", "5", "--placement", o],
+        lambda r: [r, CLUSTER],
         False,
     ),
     Writer(
@@ -96,7 +96,7 @@ IDS = [w.name for w in WRITERS]
 
 @pytest.fixture(scope="module")
 def record(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A placement record of one replica, so that ``plan`` has a running deployment and room to place the spec."""
+    """A placement record of one replica: what ``plan`` starts from and ``explain`` reads."""
     path = tmp_path_factory.mktemp("record") / "running.yaml"
     one = tmp_path_factory.mktemp("spec") / "one.yaml"
     one.write_text(
