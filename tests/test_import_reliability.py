@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 
 import placer
-from placer.model.errors import InputError
 from placer.importers.aws_topology import parse_instance_topology
 from placer.importers.k8s_nodes import parse_nodes
 from placer.importers.nccl_tests import parse_nccl_tests
 from placer.importers.slurm import parse_slurm
 from placer.importers.topo_matrix import parse_topo_matrix
+from placer.model.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "tests" / "data" / "samples"
@@ -173,3 +173,45 @@ def test_aws_duplicate_instance_check_is_linear() -> None:
         many.append(inst)
     topo = parse_instance_topology(json.dumps({"Instances": many}), "many.json")
     assert len(topo.instances) == 20_000
+
+
+def test_pod_notes_are_listed_once(tmp_path: Path) -> None:
+    def pod(name: str, extra: dict[str, str]) -> dict:
+        limits = {"nvidia.com/gpu": "1", **extra}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "s"},
+            "spec": {"nodeName": "nori", "containers": [{"name": "c", "resources": {"limits": limits}}]},
+            "status": {"phase": "Running"},
+        }
+
+    pods = tmp_path / "pods.json"
+    pods.write_text(
+        json.dumps({"apiVersion": "v1", "kind": "List", "items": [pod("a", {"nvidia.com/mig-1g.10gb": "1"})]})
+    )
+    proc = run("cluster", "import", "--nodes", SAMPLES / "k8s-gpu-node-kubectl-get-nodes.json", "--pods", pods)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("resource 'nvidia.com/mig-1g.10gb' (MIG or another device) is not modelled") == 1
+
+
+def test_aws_network_nodes_win_over_the_coarse_zone_label(tmp_path: Path) -> None:
+    """Two instances in one zone under different AWS network nodes: the auto preset used to let the zone
+    label (last resort) override the finer AWS leaf."""
+    base = json.loads((SAMPLES / "k8s-gpu-node-kubectl-get-nodes.json").read_text())["items"][0]
+    items = []
+    for name, instance in (("gpu-a", "i-1111111111example"), ("gpu-b", "i-444444444example")):
+        node = copy.deepcopy(base)
+        node["metadata"]["name"] = name
+        labels = {k: v for k, v in node["metadata"]["labels"].items() if "topology" not in k}
+        labels.update({"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": "us-west-2a"})
+        node["metadata"]["labels"] = labels
+        node["spec"] = {"providerID": f"aws:///us-west-2a/{instance}"}
+        items.append(node)
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    aws = SAMPLES / "aws-describe-instance-topology-cli-example.json"
+    proc = run("cluster", "import", "--nodes", nodes, "--aws-topology", aws)
+    assert proc.returncode == 0, proc.stderr
+    assert "leaf: nn-3333333333example" in proc.stdout and "leaf: nn-1235301234example" in proc.stdout
+    assert "carry only the coarse topology.kubernetes.io/zone label; the finer leaf" in proc.stderr

@@ -51,6 +51,7 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "spec-yaml-tag-custom.yaml": ("spec", 9, "YAML tag '!foo' is not allowed"),
     "spec-yaml-tag-python-object.yaml": ("spec", 9, "YAML tag '!!python/object/apply:os.system' is not allowed"),
     "cluster-yaml-tag-python-name.yaml": ("cluster", 9, "YAML tag '!!python/name:os.system' is not allowed"),
+    "spec-yaml-explicit-bool-tag.yaml": ("spec", 9, "'maybe' is not a valid !!bool"),
     "spec-bare-equals-value.yaml": ("spec", 9, "a bare '=' is not a value; quote it"),
     "spec-complex-mapping-key.yaml": ("spec", 9, "a mapping key must be a plain value, not a sequence"),
     "spec-integer-5000-digits.yaml": ("spec", 9, "a number of 5000 digits is over the 4300-digit limit"),

@@ -40,6 +40,7 @@ LEVEL_NAMES = ("nvlink-domain", "rack", "leaf")
 
 # Presets: level -> label keys, first present wins. "unmapped" keys are topology tiers placer has no level
 # for; they are kept on the node and reported when they split the cluster.
+ZONE = "topology.kubernetes.io/zone"  # coarse: an availability zone holds many network leaves
 PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
     "topograph-v5": {  # accelerator.topograph.run / fabric.topograph.run (topograph v1.0.0 and later)
         "nvlink-domain": ("accelerator.topograph.run/domain",),
@@ -89,7 +90,7 @@ PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
         "leaf": ("cloud.google.com/gce-topology-block",),
         "unmapped": ("cloud.google.com/gce-topology-host",),
     },
-    "zone": {"leaf": ("topology.kubernetes.io/zone",)},
+    "zone": {"leaf": (ZONE,)},
 }
 ALWAYS = {"nvlink-domain": (CLIQUE,)}  # GFD's clique is an NVLink domain under every scheme
 AUTO_ORDER = ("topograph-v5", "topograph-v4", "topograph-v3", "topograph-v2", "topograph-v1", "aws", "gke")

@@ -198,6 +198,7 @@ def _report(
             report.notes.extend(hw_file.hardware.notes)
     report.notes.extend(ledger.notes)
     report.notes.extend(notes)
+    report.notes[:] = dict.fromkeys(report.notes)  # a note reached through two paths is listed once
     provenance: dict[str, Counter[str]] = {}
     for draft in ledger.drafts.values():
         gpu_fields = draft.values.get("gpus", 0) > 0

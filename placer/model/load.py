@@ -111,8 +111,8 @@ def parse_documents(text: str, source: str) -> list[tuple[Any, yaml.Node]]:
         loader = _Loader("")
         try:
             data = loader.construct_document(node)
-        except (yaml.YAMLError, ValueError) as exc:  # what _check_node lets through should construct
-            raise InputError(_yaml_message(exc, source)) from None
+        except Exception as exc:  # noqa: BLE001 - PyYAML's constructors fail in many ways on explicit tags
+            raise InputError(_construct_message(exc, node, source)) from None
         out.append((data, node))
     return out
 
@@ -122,6 +122,25 @@ def _yaml_message(exc: Exception, source: str) -> str:
     where = f":{mark.line + 1}" if mark is not None else ""
     problem = getattr(exc, "problem", None) or str(exc).split("\n")[0]
     return f"{source}{where}: not valid YAML: {problem}"
+
+
+def _construct_message(exc: Exception, root: yaml.Node, source: str) -> str:
+    """A value the safe constructor could not build (``!!bool maybe``, ``!!timestamp x``): the line of the
+    first explicitly tagged scalar that does not match its tag's form, else the error itself."""
+    if isinstance(exc, yaml.YAMLError):
+        return _yaml_message(exc, source)
+    resolver = _Loader("")
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag != resolver.resolve(yaml.ScalarNode, node.value, (True, False)) and node.tag != _PLAIN + "str":
+                return f"{source}:{node.start_mark.line + 1}: {node.value[:40]!r} is not a valid {_tag_name(node.tag)}"
+        elif isinstance(node, yaml.MappingNode):
+            stack += [v for kv in node.value for v in kv]
+        else:
+            stack += node.value
+    return f"{source}: not valid YAML: {type(exc).__name__}: {exc}"
 
 
 def _check_depth(text: str, source: str) -> None:
