@@ -21,6 +21,7 @@ import pytest
 
 import placer
 from placer.importers.aws_topology import parse_instance_topology
+from placer.importers.hardware import GpuInfo, NicInfo, NodeHardware, nic_socket, rails
 from placer.importers.k8s_nodes import parse_nodes
 from placer.importers.nccl_tests import parse_nccl_tests
 from placer.importers.slurm import parse_slurm
@@ -215,3 +216,30 @@ def test_aws_network_nodes_win_over_the_coarse_zone_label(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     assert "leaf: nn-3333333333example" in proc.stdout and "leaf: nn-1235301234example" in proc.stdout
     assert "carry only the coarse topology.kubernetes.io/zone label; the finer leaf" in proc.stderr
+
+
+# --- NICs -------------------------------------------------------------------------------------------------
+
+
+def _hardware(nics: tuple) -> NodeHardware:
+    gpus = (GpuInfo(0, numa=0), GpuInfo(1, numa=1))
+    return NodeHardware("t.xml", "NCCL topology XML", gpus, {(0, 1): "SYS"}, nics)
+
+
+def test_nic_socket_comes_from_the_gpu_on_its_pcie_switch() -> None:
+    """A NIC on GPU0's switch (PIX) that reaches GPU1 through NODE (NPS: two NUMA nodes of one CPU) used to
+    get no socket, as the two GPUs it reaches without SYS sit on different NUMA nodes."""
+    nic = NicInfo("mlx5_0", links=("PIX", "NODE"))
+    assert nic_socket(_hardware((nic,)), nic, {0: 0, 1: 1}) == 0
+
+
+def test_rails_are_infiniband_ports_unless_the_fabric_is_ethernet() -> None:
+    ib = [
+        NicInfo(f"mlx5_{i}", links=("PIX", "SYS") if i % 2 == 0 else ("SYS", "PIX"), kind="infiniband")
+        for i in range(2)
+    ]
+    eth = [
+        NicInfo(f"eth{i}", links=("PIX", "SYS") if i % 2 == 0 else ("SYS", "PIX"), kind="ethernet") for i in range(2)
+    ]
+    assert rails(_hardware((*ib, *eth))) == ["mlx5_0", "mlx5_1"]
+    assert rails(_hardware(tuple(eth))) == ["eth0", "eth1"]  # an Ethernet (RoCE) fabric: its ports are the rails
