@@ -391,8 +391,16 @@ class Outcome:
         return out
 
 
+def _entry_point() -> Callable[[], None]:
+    """The installed ``placer`` console script's function: what a user runs, called in this process."""
+    from importlib.metadata import entry_points
+
+    (script,) = entry_points(group="console_scripts", name="placer")
+    return script.load()
+
+
 def _run_inprocess(argv: list[str], time_bound: float = TIME_BOUND_S) -> Outcome:
-    from placer.cli import main
+    main = _entry_point()
 
     out, err = io.StringIO(), io.StringIO()
     old_argv, old_handler = sys.argv, signal.getsignal(signal.SIGALRM)

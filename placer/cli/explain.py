@@ -97,7 +97,8 @@ def explain_command(
 def _explain(
     placed_path: Path, cluster_path: Path, output, svg: Path | None, baselines: bool, deployment: str | None = None
 ) -> None:
-    from placer.emit.readback import check_against_cluster, load_placed
+    from placer.emit.checks import check_against_cluster
+    from placer.emit.readback import load_placed
     from placer.model.errors import InputError
     from placer.model.load import load_cluster, locate
     from placer.topology.build import build_topology

@@ -15,18 +15,16 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
+from placer.emit.checks import check_gpus_once, located
 from placer.model.errors import InputError
 from placer.model.placement import InstancePlacement, Placement, Pod, ReplicaPlacement
 from placer.model.record import CLUSTER_ANNOTATION, SPEC_ANNOTATION, STATUS_ANNOTATION, PlacementRecord, StatusRecord
 from placer.model.running import Running
 from placer.model.spec import ServingTopology
-
-if TYPE_CHECKING:
-    from placer.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -96,62 +94,12 @@ def _from_record(path: Path, data: dict[str, Any]) -> Placed:
             if record.metadata.namespace != meta.namespace
             else ("name", record.metadata.name, meta.name)
         )
-        raise _located(
+        raise located(
             path, f"metadata.{field}: metadata.{field} {mine!r} is not the {field} of the spec it carries ({theirs!r})"
         )
     placement = record.to_placement()
-    _check_gpus_once(path, placement)
+    check_gpus_once(path, placement)
     return Placed(record.spec, placement, "placement record")
-
-
-def _located(path: Path, message: str) -> InputError:
-    """``message`` starts with a field path: give it the file and the line (one-document records)."""
-    from placer.model.load import locate
-
-    return locate(path, InputError(message))
-
-
-def _check_gpus_once(path: Path, placement: Placement) -> None:
-    """No GPU is listed twice, within a pod or across the record (the checker would call that a bug in
-    placer; in a file someone edited it is bad input)."""
-    seen: dict[tuple[str, int], str] = {}
-    for r, rep in enumerate(placement.replicas):
-        for i, inst in enumerate(rep.instances):
-            for k, pod in enumerate(inst.pods):
-                where = f"replicas[{r}].instances[{i}].pods[{k}]"
-                mine: set[int] = set()
-                for gpu in pod.gpus:
-                    if gpu in mine:
-                        raise _located(path, f"{where}.gpus: GPU {gpu} is listed twice")
-                    mine.add(gpu)
-                    other = seen.setdefault((pod.node, gpu), where)
-                    if other != where:
-                        raise _located(path, f"{where}.gpus: GPU {gpu} on node {pod.node!r} is also in {other}")
-
-
-def check_against_cluster(path: Path, placement: Placement, topo: Topology) -> None:
-    """Every node and GPU index a placement read back names exists in the cluster (an edited or stale file
-    is bad input, not a crash)."""
-    for r, rep in enumerate(placement.replicas):
-        for i, inst in enumerate(rep.instances):
-            for k, pod in enumerate(inst.pods):
-                where = f"replicas[{r}].instances[{i}].pods[{k}]"
-                try:
-                    node = topo.node_by_name(pod.node)
-                except KeyError:
-                    raise _located(path, f"{where}.node: no node {pod.node!r} in the cluster") from None
-                have = {g.index for g in node.gpus}
-                missing = sorted(set(pod.gpus) - have)
-                if missing:
-                    known = f"0-{len(have) - 1}" if have == set(range(len(have))) else ", ".join(map(str, sorted(have)))
-                    raise _located(
-                        path, f"{where}.gpus: node {pod.node!r} has no GPU {missing[0]} (it has {known or 'none'})"
-                    )
-        if rep.router is not None:
-            try:
-                topo.node_by_name(rep.router)
-            except KeyError:
-                raise _located(path, f"replicas[{r}].router: no node {rep.router!r} in the cluster") from None
 
 
 def _dict(value: Any) -> dict[str, Any]:
