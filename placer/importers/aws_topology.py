@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from placer.importers.common import Note, error, is_label_value, is_node_name, load_json, short
+from placer.importers.common import Note, check_node_count, error, is_label_value, is_node_name, load_json, short
 
 KNOWN_KEYS = {
     "InstanceId",
@@ -47,6 +47,7 @@ def parse_instance_topology(text: str, source: str) -> InstanceTopology:
     data = load_json(text, source)
     if not isinstance(data, dict) or not isinstance(data.get("Instances"), list):
         raise error(source, None, "expected aws ec2 describe-instance-topology output: an object with 'Instances'")
+    check_node_count(len(data["Instances"]), source)
     notes: list[Note] = []
     instances: list[Instance] = []
     unknown: set[str] = set()

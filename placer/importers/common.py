@@ -13,6 +13,14 @@ from placer.model import k8s
 from placer.model.errors import InputError
 from placer.model.load import read_text
 
+MAX_NODES = 100_000  # the cluster format's limit, checked while parsing rather than after merging
+
+
+def check_node_count(count: int, source: str, line: int | None = None) -> None:
+    """Fail as soon as a source names more nodes than a cluster may have."""
+    if count > MAX_NODES:
+        raise error(source, line, f"more than {MAX_NODES} nodes (the cluster limit)")
+
 
 @dataclass(frozen=True)
 class Note:

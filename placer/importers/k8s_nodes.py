@@ -22,6 +22,7 @@ from typing import Any
 
 from placer.importers.common import (
     Note,
+    check_node_count,
     error,
     found_kind,
     is_label_key,
@@ -188,6 +189,7 @@ def parse_nodes(text: str, source: str) -> NodesFile:
     notes: list[Note] = []
     if isinstance(data, dict) and isinstance(data.get("Nodes"), list) and "kind" not in data:
         items, shape = data["Nodes"], "label dump"
+        check_node_count(len(items), source)
         notes.append(Note(source, None, "a node label dump (not kubectl output): names and labels only, no GPU counts"))
         nodes = [_dump_node(item, f"Nodes[{i}]", source) for i, item in enumerate(items)]
     elif isinstance(data, dict) and data.get("kind") == "Node":
@@ -195,6 +197,7 @@ def parse_nodes(text: str, source: str) -> NodesFile:
         nodes = [_node(data, "", source, notes)]
     elif isinstance(data, dict) and data.get("kind") in ("List", "NodeList") and isinstance(data.get("items"), list):
         shape = "List"
+        check_node_count(len(data["items"]), source)
         nodes = []
         for i, item in enumerate(data["items"]):
             if isinstance(item, dict) and item.get("kind", "Node") != "Node":

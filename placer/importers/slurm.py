@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from placer.importers.common import Note, error, is_label_value, is_node_name, short
+from placer.importers.common import Note, check_node_count, error, is_label_value, is_node_name, short
 from placer.model.errors import InputError
 from placer.model.load import parse_documents
 
@@ -137,6 +137,7 @@ class _Builder:
                 )
             order.append(node)
             leaf_of[node] = domain
+            check_node_count(len(order), self.source, line)
 
         parents: dict[str, list[str]] = {}  # Slurm allows a switch under several parents (its own doc example)
         for name, (kids, members, line) in self.switches.items():
