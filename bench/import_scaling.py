@@ -113,9 +113,7 @@ def measure(n: int, make: Callable[[int, Path], ImportOptions]) -> tuple[float, 
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         options = make(n, tmp)
-        size = sum(
-            p.stat().st_size for p in (options.nodes, options.pods, options.slurm, options.aws_topology) if p
-        )
+        size = sum(p.stat().st_size for p in (options.nodes, options.pods, options.slurm, options.aws_topology) if p)
         start = time.perf_counter()
         result = import_cluster(options)
         dump_cluster(result.document)

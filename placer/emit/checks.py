@@ -10,7 +10,7 @@ from placer.model.errors import InputError
 from placer.model.placement import Placement
 
 if TYPE_CHECKING:
-    from placer.topology import Topology
+    from placer.topology.graph import Topology
 
 
 def located(path: Path, message: str) -> InputError:

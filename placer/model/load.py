@@ -151,7 +151,8 @@ def _check_depth(text: str, source: str) -> None:
         if isinstance(event, _OPEN):
             depth += 1
             if depth > MAX_DEPTH:
-                raise InputError(f"{source}:{event.start_mark.line + 1}: YAML nested more than {MAX_DEPTH} levels deep")
+                line = f":{event.start_mark.line + 1}" if event.start_mark is not None else ""
+                raise InputError(f"{source}{line}: YAML nested more than {MAX_DEPTH} levels deep")
         elif isinstance(event, _CLOSE):
             depth -= 1
 
