@@ -180,7 +180,7 @@ class _Fenwick:
         return pos
 
 
-MAX_GPUS = 1_000_000  # a generated cluster is held in memory whole; more is a typo
+MAX_GPUS = 400_000  # 100,000 nodes of 4 GPUs (GB200), the cluster format's node limit; more is a typo
 
 
 def generate_cluster(
