@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from placer.importers.aws_topology import parse_instance_topology
-from placer.importers.common import Note, read_source, split_assignment
+from placer.importers.common import Note, collector_paused, read_source, split_assignment
 from placer.importers.document import build_document, fabric_from_hardware, nccl_overrides
 from placer.importers.domains import check_nesting
 from placer.importers.k8s_nodes import label_scheme, parse_nodes
@@ -166,8 +166,9 @@ def merge_sources(sources: Sources, options: ImportOptions, lines: list[SourceLi
 
 
 def import_cluster(options: ImportOptions) -> ImportResult:
-    sources, lines = read_sources(options)
-    return merge_sources(sources, options, lines)
+    with collector_paused():
+        sources, lines = read_sources(options)
+        return merge_sources(sources, options, lines)
 
 
 def _validate(document: dict[str, Any]) -> tuple[ClusterSpec, Topology]:
