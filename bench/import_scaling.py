@@ -109,15 +109,15 @@ FORMATS: dict[str, Callable[[int, Path], ImportOptions]] = {
 }
 
 
-def measure(n: int, make: Callable[[int, Path], ImportOptions]) -> tuple[float, float]:
+def measure(n: int, make: Callable[[int, Path], ImportOptions]) -> tuple[float, float, float]:
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         options = make(n, tmp)
         size = sum(p.stat().st_size for p in (options.nodes, options.pods, options.slurm, options.aws_topology) if p)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = import_cluster(options)
         dump_cluster(result.document)
-        return time.perf_counter() - start, size / 2**20
+        return time.perf_counter() - start, time.process_time() - cpu, size / 2**20
 
 
 def main() -> None:
@@ -128,16 +128,17 @@ def main() -> None:
     for name, make in FORMATS.items():
         cells = []
         for n in sizes:
-            seconds, mib = measure(n, make)
-            print(f"{name}: {n} nodes, {mib:.1f} MiB, {seconds:.2f} s", file=sys.stderr, flush=True)
-            cells.append(f"{seconds:.2f} s ({1000 * seconds / n:.3f} s/1k, {mib:.1f} MiB)")
+            seconds, cpu, mib = measure(n, make)
+            print(f"{name}: {n} nodes, {mib:.1f} MiB, {seconds:.2f} s, CPU {cpu:.2f} s", file=sys.stderr, flush=True)
+            cells.append(f"{seconds:.2f} s, CPU {cpu:.2f} s ({1000 * cpu / n:.3f} CPU s/1k, {mib:.1f} MiB)")
         rows.append((name, cells))
     print("\n## Scaling with the node count, per format\n")
     print(
         f"`python bench/import_scaling.py --sizes {','.join(map(str, sizes))}` on {platform.machine()}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}: one in-process import (read, parse, merge, "
-        "validate, write the YAML) of a generated input; seconds, seconds per 1,000 nodes and input size. Linear "
-        "means the per-1,000 figure stays flat.\n"
+        "validate, write the YAML) of a generated input; wall and CPU seconds (the machine is shared: wall time "
+        f"includes waiting for a core; load average {os.getloadavg()[0]:.1f} at the end), CPU seconds per 1,000 nodes "
+        "and input size. Linear means the per-1,000 figure stays flat.\n"
     )
     print("| format | " + " | ".join(f"{n:,} nodes" for n in sizes) + " |")
     print("|---|" + "---|" * len(sizes))
