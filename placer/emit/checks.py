@@ -35,7 +35,9 @@ def check_gpus_once(path: Path, placement: Placement) -> None:
                     mine.add(gpu)
                     other = seen.setdefault((pod.node, gpu), where)
                     if other != where:
-                        raise located(path, f"{where}.gpus: GPU {gpu} on node {pod.node!r} is also in {other}")
+                        raise located(
+                            path, f"{where}.gpus: GPU {gpu} on node {pod.node!r} is held by both {other} and {where}"
+                        )
 
 
 def check_against_cluster(path: Path, placement: Placement, topo: Topology) -> None:
