@@ -16,7 +16,7 @@ from placer.check.verify import check
 from placer.model.cluster import ClusterSpec
 from placer.model.spec import ServingTopology
 from placer.pipeline import place
-from placer.topology.graph import build_topology
+from placer.topology.build import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 
