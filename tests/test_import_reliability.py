@@ -257,3 +257,12 @@ def test_node_limit_is_checked_while_parsing(fmt: str) -> None:
             parse_nodes(json.dumps({"kind": "List", "items": [{}] * n}), "big.json")
         else:
             parse_instance_topology(json.dumps({"Instances": [{}] * n}), "big.json")
+
+
+def test_nccl_tests_rank_line_with_a_5000_digit_number_is_not_a_crash() -> None:
+    """Found by bench/fuzz.py: int() of a 5,000-digit rank raised ValueError (exit 3)."""
+    lines = _nccl_lines()
+    rank0 = next(i for i, ln in enumerate(lines) if "Rank  0" in ln)
+    lines[rank0] = lines[rank0].replace("Rank  0", "Rank  " + "9" * 5000)
+    run_ = parse_nccl_tests("\n".join(lines), "big-rank.txt")
+    assert len(run_.ranks) == 15 and run_.peak() is not None

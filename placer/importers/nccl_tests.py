@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from placer.importers.common import Note, error, short
 
 _RANK = re.compile(
-    r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
+    r"^#\s*Rank\s+(\d{1,9})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d{1,9})\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.]+)")
 _OP = re.compile(r"Collective test starting:\s*(\S+)")
