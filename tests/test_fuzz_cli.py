@@ -39,7 +39,7 @@ FORMATS = ["spec", "cluster", "record", "import"]
 
 @pytest.mark.parametrize("family", FORMATS)
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
 @given(rng=st.randoms(use_true_random=False))
 def test_mutated_input_keeps_the_exit_contract(family: str, rng: random.Random, corpus) -> None:
