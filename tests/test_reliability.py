@@ -219,3 +219,19 @@ def test_more_replicas_than_free_gpus_allow_are_counted_out() -> None:
     assert "Traceback" not in proc.stderr
     assert proc.returncode in (0, 1), proc.stderr
     assert "at most 9 of 1024 replica(s) can fit: 617 free GPUs, 64 per replica" in proc.stderr
+
+
+def test_relaxations_are_checked_with_the_required_replicas_only(tmp_path: Path) -> None:
+    """1,024 optional replicas (minReplicas 1) of 64 GPUs with the router within one rack, on a 10,000-GPU
+    cluster whose racks have fewer than 64 free GPUs: each relaxation used to be checked with a model of all
+    1,024 replicas (21 s per build), so the work budget ran out and placer said "drop router.near"; a
+    check needs only the one required replica, and confirms the milder "leaf"."""
+    cluster = tmp_path / "dgx10k.yaml"
+    assert run("cluster", "generate", "--gpus", "10000", "--seed", "1", "-o", cluster).returncode == 0
+    spec = yaml.safe_load(SPEC.read_text())
+    spec["pools"]["aggregated"]["instances"] = 8
+    spec["replicas"], spec["minReplicas"] = 1024, 1
+    proc = run("solve", "-", cluster, "--time-limit", "10", stdin=yaml.safe_dump(spec), timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == ""
+    assert "no single domain has the 64 free GPUs this requires. Relax: allow router.near.level: leaf" in proc.stderr
