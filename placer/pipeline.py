@@ -98,6 +98,7 @@ def run_solve(
     cluster = load_cluster(cluster_path)
     times["load"] = time.perf_counter() - t
     topo, problem = build_inputs(spec_path, spec, cluster_path, cluster, times)
+    _count_out_replicas(problem, progress)
     free = sum(len(n.free_gpus) for n in topo.nodes)
     progress(
         f"cluster {topo.name}: {len(topo.nodes)} nodes, {free} free GPUs; solving {spec.metadata.name} "
@@ -116,6 +117,19 @@ def run_solve(
     times["emit"] = time.perf_counter() - t
     placement.stats.seconds |= times
     return SolveResult(spec, topo, placement, report, manifests)
+
+
+def _count_out_replicas(problem: Problem, progress: Callable[[str], None]) -> None:
+    """Replicas beyond what the free matching GPUs can hold are not modelled: a GPU count proves they cannot
+    be placed, and modelling 1,024 of them took minutes or ran out of memory."""
+    per_replica = sum(p.size * p.instances for p in problem.pools.values())
+    eligible = frozenset().union(*(p.eligible for p in problem.pools.values()))
+    free = sum(len(problem.topology.nodes[i].free_gpus) for i in eligible)
+    fit = free // per_replica if per_replica else problem.replicas
+    if fit >= problem.replicas:
+        return
+    progress(f"at most {fit} of {problem.replicas} replica(s) can fit: {free} free GPUs, {per_replica} per replica")
+    problem.replicas = max(fit, problem.min_replicas)
 
 
 def build_inputs(

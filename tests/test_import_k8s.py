@@ -182,7 +182,7 @@ def test_cordoned_not_ready_tainted_and_unhealthy_gpus() -> None:
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
-        ("[1, 2]", "expected kubectl get nodes -o json output (kind List or Node), got 'list'"),
+        ("[1, 2]", "expected kubectl get nodes -o json output (kind List or Node), but the file holds a JSON list"),
         ('{"kind": "Pod"}', "expected kubectl get nodes -o json output (kind List or Node), got 'Pod'"),
         (
             '{"kind": "List", "items": [{"metadata": {"name": "Bad_Name"}}]}',

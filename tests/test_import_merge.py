@@ -188,8 +188,10 @@ def test_gpu_count_conflict_is_reported_and_kubernetes_wins() -> None:
 def test_slurm_and_labels_that_group_nodes_differently_conflict(tmp_path: Path) -> None:
     # topology.conf puts dev0-dev5 under switch s0; the labels split them into two leaves.
     nodes = [k8s_node(f"dev{i}", {"topology.kubernetes.io/zone": "z-a" if i < 3 else "z-b"}) for i in range(6)]
-    result = import_cluster(
-        ImportOptions(nodes=write(tmp_path, "n.json", nodes), slurm=SAMPLES / "slurm-topology-tree.conf")
+    result = import_cluster(  # the zone preset chosen: under auto the coarse zone never beats Slurm's leaf
+        ImportOptions(
+            nodes=write(tmp_path, "n.json", nodes), slurm=SAMPLES / "slurm-topology-tree.conf", label_preset="zone"
+        )
     )
     assert result.report.conflicts == [
         f"leaf: slurm ({SAMPLES / 'slurm-topology-tree.conf'}) puts dev0 and dev3 together ('s0') but node labels "
@@ -202,7 +204,9 @@ def test_slurm_and_labels_that_group_nodes_differently_conflict(tmp_path: Path) 
 def test_same_grouping_under_other_names_is_no_conflict(tmp_path: Path) -> None:
     nodes = [k8s_node(f"dev{i}", {"topology.kubernetes.io/zone": f"z{i // 6}"}) for i in range(18)]
     result = import_cluster(
-        ImportOptions(nodes=write(tmp_path, "n.json", nodes), slurm=SAMPLES / "slurm-topology-tree.conf")
+        ImportOptions(
+            nodes=write(tmp_path, "n.json", nodes), slurm=SAMPLES / "slurm-topology-tree.conf", label_preset="zone"
+        )
     )
     assert result.report.conflicts == []
     assert result.document["nodes"][17]["leaf"] == "z2"

@@ -105,6 +105,10 @@ IMPORTS: dict[str, tuple[ImportOptions, dict[str, Any]]] = {
         {"nodes": 128, "gpus": 0, "leaves": 4},
     ),
     "slurm-topology.yaml": (ImportOptions(slurm=s("slurm-topology.yaml")), {"nodes": 4, "gpus": 0, "leaves": 2}),
+    "slurm-topology-doc-multiparent.conf": (  # every leaf switch under four parents (Slurm's own example)
+        ImportOptions(slurm=s("slurm-topology-doc-multiparent.conf")),
+        {"nodes": 16, "gpus": 0, "leaves": 4},
+    ),
     "topograph-generated-slurm-block.conf": (
         ImportOptions(
             slurm=s("topograph-generated-slurm-block.conf"), topo=(f"srv*={H200}",), gpu_product="NVIDIA-H200"

@@ -57,6 +57,33 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "cluster-negative-cpu.yaml": ("cluster", 9, "nodeClasses.dgx-h100.cpu: '-224' is not a"),
     "cluster-astronomical-cpu.yaml": ("cluster", 9, "nodeClasses.dgx-h100.cpu: '1e999999' is out of range"),
     "cluster-kv-hit-above-one.yaml": ("cluster", 16, "nodes[1].metrics.kvCacheHit"),
+    # issue 18: inputs that ended in exit 3 (or a crash) instead of exit 2
+    "spec-yaml-tag-custom.yaml": ("spec", 9, "YAML tag '!foo' is not allowed"),
+    "spec-yaml-tag-python-object.yaml": ("spec", 9, "YAML tag '!!python/object/apply:os.system' is not allowed"),
+    "cluster-yaml-tag-python-name.yaml": ("cluster", 9, "YAML tag '!!python/name:os.system' is not allowed"),
+    "spec-yaml-explicit-bool-tag.yaml": ("spec", 9, "'maybe' is not a valid !!bool"),
+    "spec-bare-equals-value.yaml": ("spec", 9, "a bare '=' is not a value; quote it"),
+    "spec-complex-mapping-key.yaml": ("spec", 9, "a mapping key must be a plain value, not a sequence"),
+    "spec-integer-5000-digits.yaml": ("spec", 9, "a number of 5000 digits is over the 4300-digit limit"),
+    "spec-kind-is-list.yaml": ("spec", 3, "kind: expected 'ServingTopology', got a list"),
+    "spec-kind-nested-1000-deep.yaml": ("spec", 3, "YAML nested more than 64 levels deep"),
+    "spec-flow-nesting-25000-deep.yaml": ("spec", 3, "YAML nested more than 64 levels deep"),
+    "spec-name-trailing-newline.yaml": ("spec", 5, "metadata.name: metadata.name 'demo\\n'"),
+    "spec-cpu-request-1e29.yaml": (
+        "spec",
+        14,
+        "pools.aggregated.template.resources.requests: cpu '1e29' is over the limit of 1000000 cores",
+    ),
+    "cluster-cpu-1e30.yaml": ("cluster", 9, "nodeClasses.dgx-h100.cpu: '1e30' is over the limit of 1000000 cores"),
+    "cluster-memory-1e30.yaml": ("cluster", 9, "nodeClasses.dgx-h100.memory: '1e30' is over the limit of 1Pi bytes"),
+    "cluster-queue-depth-nan.yaml": ("cluster", 16, "nodes[1].metrics.queueDepth: expected finite numbers"),
+    "cluster-queue-depth-inf.yaml": ("cluster", 17, "nodes[1].metrics.queueDepth: expected finite numbers"),
+    "cluster-queue-depth-1e308.yaml": ("cluster", 16, "nodes[1].metrics.queueDepth: expected finite numbers"),
+    "cluster-duplicate-hostname-label.yaml": (
+        "cluster",
+        15,
+        "nodes[1].labels: kubernetes.io/hostname 'gpu-1' is also the hostname of node 'dgx-a'",
+    ),
 }
 
 

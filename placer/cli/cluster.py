@@ -28,9 +28,14 @@ def generate_command(
 
     placer cluster generate --style dgx-h100 --gpus 10000 --seed 1 -o dgx-10k.yaml
     """
+    from placer.emit.files import check_output
     from placer.model.errors import InputError
-    from placer.topology.generate import dump_cluster_yaml, generate_cluster
+    from placer.topology.generate import MAX_GPUS, dump_cluster_yaml, generate_cluster
 
+    if gpus > MAX_GPUS:
+        raise InputError(f"--gpus {gpus} is over the limit of {MAX_GPUS} GPUs")
+    if out is not None:
+        check_output(out, "--out")
     try:
         text = dump_cluster_yaml(generate_cluster(style, gpus, seed, busy_fraction=busy))
     except ValueError as exc:
@@ -38,10 +43,11 @@ def generate_command(
     if out is None:
         sys.stdout.write(text)
     else:
-        from placer.emit.files import write_atomic
+        from placer.emit.files import write_output
 
-        write_atomic(out, text)
-        print(f"wrote {out}", file=sys.stderr)
+        write_output(out, text, "--out")
+        if str(out) != "-":
+            print(f"wrote {out}", file=sys.stderr)
 
 
 @app.command("import")
@@ -100,12 +106,16 @@ def import_command(
 
     The cluster YAML goes to --out (or stdout); the summary goes to stderr. See docs/IMPORT.md.
     """
+    from placer.emit.files import check_output
     from placer.importers.document import dump_cluster
     from placer.importers.run import ImportOptions, import_cluster
-    from placer.model.errors import InputError
+    from placer.model.load import check_stdin_once
 
-    if out is not None and not out.parent.resolve().is_dir():
-        raise InputError(f"--out {out}: directory {out.parent} does not exist")
+    inputs = [p for p in (nodes, pods, slurm, aws_topology, *(nccl_tests or ())) if p is not None]
+    inputs += [Path(v.rpartition("=")[2]) for v in (*(topo or ()), *(nccl_xml or ()))]
+    check_stdin_once(inputs)
+    if out is not None:
+        check_output(out, "--out", inputs)
     options = ImportOptions(
         nodes=nodes,
         pods=pods,
@@ -135,10 +145,10 @@ def import_command(
     if out is None:
         sys.stdout.write(text)
     else:
-        from placer.emit.files import write_atomic
+        from placer.emit.files import write_output
 
-        write_atomic(out, text)
-        if not quiet:
+        write_output(out, text, "--out", inputs)
+        if not quiet and str(out) != "-":
             print(f"wrote {out}", file=sys.stderr)
 
 

@@ -78,8 +78,14 @@ def explain_command(
         raise InputError("explain: give the cluster file (--cluster cluster.yaml)")
     if cluster is not None and cluster_arg is not None:
         raise InputError("explain: give the cluster file once (either positional or --cluster)")
-    if svg is not None and not svg.parent.resolve().is_dir():
-        raise InputError(f"--svg {svg}: directory {svg.parent} does not exist")
+    from placer.emit.files import check_output
+    from placer.model.load import check_stdin_once
+
+    check_stdin_once([placed, cluster_path])
+    if svg is not None:
+        text_to_stdout = output is ExplainFormat.text or (output is None and sys.stdout.isatty())
+        busy = "the JSON" if output is ExplainFormat.json else "the text view" if text_to_stdout else ""
+        check_output(svg, "--svg", [placed, cluster_path], stdout_busy=busy)
     if why_not and deployment is not None:
         raise InputError("explain: --deployment picks one deployment of placed output; --why-not takes a spec")
     if why_not:
@@ -91,6 +97,7 @@ def explain_command(
 def _explain(
     placed_path: Path, cluster_path: Path, output, svg: Path | None, baselines: bool, deployment: str | None = None
 ) -> None:
+    from placer.emit.checks import check_against_cluster
     from placer.emit.readback import load_placed
     from placer.model.errors import InputError
     from placer.model.load import load_cluster, locate
@@ -107,6 +114,7 @@ def _explain(
         topo = build_topology(cluster)
     except InputError as exc:
         raise locate(cluster_path, exc) from None
+    check_against_cluster(placed_path, placed.placement, topo)
     _show(placed.spec, topo, placed.placement, output, svg, baselines)
 
 
@@ -117,7 +125,7 @@ def _show(spec, topo, placement, output, svg: Path | None, baselines: bool) -> N
     compared = run_all(spec, topo) if baselines else []
     ex = explain_placement(spec, topo, placement, compared)
     if svg is not None:
-        from placer.emit.files import write_atomic
+        from placer.emit.files import write_output
         from placer.explain.svg import render_svg
         from placer.model.errors import InputError
 
@@ -125,7 +133,7 @@ def _show(spec, topo, placement, output, svg: Path | None, baselines: bool) -> N
             picture = render_svg(spec, topo, placement)
         except ValueError as exc:  # a hand-edited placement naming nodes or pools that do not exist
             raise InputError(f"--svg: cannot draw this placement: {exc}") from None
-        write_atomic(svg, picture)
+        write_output(svg, picture, "--svg")
     if output is ExplainFormat.json:
         sys.stdout.write(json.dumps(to_json(ex), indent=2, sort_keys=True) + "\n")
         return

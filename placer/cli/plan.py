@@ -53,14 +53,18 @@ def plan_command(
 
       placer plan --from running.yaml cluster.yaml --cut 0.05
     """
+    from placer.emit.files import check_output
     from placer.emit.manifests import records_text
     from placer.emit.readback import load_running
     from placer.model.errors import InputError
-    from placer.model.load import load_cluster, load_specs, locate
+    from placer.model.load import check_stdin_once, load_cluster, load_specs, locate
     from placer.solver.plan import plan
     from placer.solver.solve import SolveOptions
     from placer.topology.build import build_topology
 
+    check_stdin_once([*running, *paths])
+    if placement is not None:
+        check_output(placement, "--placement", [*running, *paths], stdout_busy="the plan")
     *pending_paths, cluster_path = paths
     if not pending_paths and cut is None:
         raise InputError("give pending specs to make room for, or --cut FRACTION, or both")
@@ -97,9 +101,9 @@ def plan_command(
         else [],
     }
     if placement is not None:
-        from placer.emit.files import write_atomic
+        from placer.emit.files import write_output
 
-        write_atomic(placement, records_text(result.placements))
+        write_output(placement, records_text(result.placements), "--placement", [*running, *paths])
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     if not quiet:
         _table(result)

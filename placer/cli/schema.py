@@ -22,9 +22,13 @@ def schema_command(
     if write is None:
         sys.stdout.write(json.dumps(schemas, indent=2, sort_keys=True) + "\n")
         return
-    from placer.emit.files import write_atomic
+    from placer.emit.files import write_output
+    from placer.model.errors import InputError
 
-    write.mkdir(parents=True, exist_ok=True)
+    try:
+        write.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--write {write}: cannot make the directory ({exc.strerror or exc})") from None
     for name, schema in schemas.items():
-        write_atomic(write / f"{name}.schema.json", json.dumps(schema, indent=2, sort_keys=True) + "\n")
+        write_output(write / f"{name}.schema.json", json.dumps(schema, indent=2, sort_keys=True) + "\n", "--write")
         print(f"wrote {write / f'{name}.schema.json'}", file=sys.stderr)

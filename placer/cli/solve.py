@@ -135,13 +135,18 @@ def solve_command(
 
       placer solve spec.yaml cluster.yaml --target grove --dry-run
     """
+    from placer.emit.files import check_output
     from placer.model.errors import InputError
+    from placer.model.load import check_stdin_once
     from placer.pipeline import run_solve
     from placer.solver.options import stderr_log
     from placer.solver.solve import SolveOptions
 
-    if placement is not None and not placement.parent.resolve().is_dir():
-        raise InputError(f"--placement {placement}: directory {placement.parent} does not exist")
+    inputs = [*paths, *(keep or [])]
+    check_stdin_once(inputs)
+    if placement is not None:
+        busy = "the plan" if dry_run else "the manifests"
+        check_output(placement, "--placement", inputs, stdout_busy=busy)
     if namespace is not None:
         from placer.model import k8s
 
@@ -191,10 +196,10 @@ def solve_command(
         return
     text = result.json() if output is OutputFormat.json else result.yaml()
     if placement is not None:
-        from placer.emit.files import write_atomic
+        from placer.emit.files import write_output
         from placer.emit.manifests import placement_text
 
-        write_atomic(placement, placement_text(result.placement, placement, result.spec))
+        write_output(placement, placement_text(result.placement, placement, result.spec), "--placement", paths)
     sys.stdout.write(text)
     sys.stdout.flush()
     say(result.summary(time.perf_counter() - t0))
@@ -226,7 +231,7 @@ def _solve_fleet(
     specs, cluster, options, keep, placement, output, target, nccl, namespace, dry_run, quiet, say, target_version=None
 ):
     """Several deployments and/or --keep: the placed ones on stdout, a table of all of them on stderr."""
-    from placer.emit.files import write_atomic
+    from placer.emit.files import write_output
     from placer.emit.manifests import records_text
     from placer.explain.fleet_view import fleet_table
     from placer.pipeline import run_fleet
@@ -248,7 +253,8 @@ def _solve_fleet(
         _console(sys.stdout).print(table)
     else:
         if placement is not None:
-            write_atomic(placement, records_text([(p.deployment.spec, p.placement) for p in res.fleet.placed]))
+            text = records_text([(p.deployment.spec, p.placement) for p in res.fleet.placed])
+            write_output(placement, text, "--placement", [*specs, cluster, *keep])
         sys.stdout.write(res.json() if output is OutputFormat.json else res.yaml())
         sys.stdout.flush()
         if not quiet:

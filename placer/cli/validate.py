@@ -14,9 +14,10 @@ def validate_command(
     cluster: Annotated[Path, typer.Argument(help="Cluster file (YAML).")],
 ) -> None:
     """Validate both files and their consistency (selectors, packing levels); exit 2 on bad input."""
-    from placer.model.load import load_cluster, load_spec
+    from placer.model.load import check_stdin_once, load_cluster, load_spec
     from placer.pipeline import build_inputs
 
+    check_stdin_once([spec, cluster])
     s = load_spec(spec)
     topo, problem = build_inputs(spec, s, cluster, load_cluster(cluster))
     free = sum(len(n.free_gpus) for n in topo.nodes)

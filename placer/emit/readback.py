@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from placer.emit.checks import check_gpus_once, located
 from placer.model.errors import InputError
 from placer.model.placement import InstancePlacement, Placement, Pod, ReplicaPlacement
 from placer.model.record import CLUSTER_ANNOTATION, SPEC_ANNOTATION, STATUS_ANNOTATION, PlacementRecord, StatusRecord
@@ -88,7 +89,19 @@ def _from_record(path: Path, data: dict[str, Any]) -> Placed:
         raise InputError(f"{path}: not a valid Placement record: " + "; ".join(problems)) from None
     if record.spec is None:
         raise InputError(f"{path}: spec: the record carries no spec (written by an older placer); solve again")
-    return Placed(record.spec, record.to_placement(), "placement record")
+    meta = record.spec.metadata
+    if (record.metadata.namespace, record.metadata.name) != (meta.namespace, meta.name):
+        field, mine, theirs = (
+            ("namespace", record.metadata.namespace, meta.namespace)
+            if record.metadata.namespace != meta.namespace
+            else ("name", record.metadata.name, meta.name)
+        )
+        raise located(
+            path, f"metadata.{field}: metadata.{field} {mine!r} is not the {field} of the spec it carries ({theirs!r})"
+        )
+    placement = record.to_placement()
+    check_gpus_once(path, placement)
+    return Placed(record.spec, placement, "placement record")
 
 
 def _dict(value: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from placer.importers.common import Note, error, is_label_value, is_node_name, load_json, short
+from placer.importers.common import Note, check_node_count, error, is_label_value, is_node_name, load_json, short
 
 KNOWN_KEYS = {
     "InstanceId",
@@ -47,6 +47,7 @@ def parse_instance_topology(text: str, source: str) -> InstanceTopology:
     data = load_json(text, source)
     if not isinstance(data, dict) or not isinstance(data.get("Instances"), list):
         raise error(source, None, "expected aws ec2 describe-instance-topology output: an object with 'Instances'")
+    check_node_count(len(data["Instances"]), source)
     notes: list[Note] = []
     instances: list[Instance] = []
     unknown: set[str] = set()
@@ -84,8 +85,9 @@ def parse_instance_topology(text: str, source: str) -> InstanceTopology:
                     "the instances' own network node are joined into it",
                 )
             )
-    ids = [i.instance_id for i in instances]
-    dup = next((x for x in ids if ids.count(x) > 1), None)
-    if dup is not None:
-        raise error(source, None, f"instance {dup} appears twice")
+    seen: set[str] = set()
+    for inst in instances:  # a set, not list.count in a loop: 32k instances took 53 s
+        if inst.instance_id in seen:
+            raise error(source, None, f"instance {inst.instance_id} appears twice")
+        seen.add(inst.instance_id)
     return InstanceTopology(source, tuple(instances), tuple(notes))

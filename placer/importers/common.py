@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -12,6 +15,14 @@ from typing import Any
 from placer.model import k8s
 from placer.model.errors import InputError
 from placer.model.load import read_text
+
+MAX_NODES = 100_000  # the cluster format's limit, checked while parsing rather than after merging
+
+
+def check_node_count(count: int, source: str, line: int | None = None) -> None:
+    """Fail as soon as a source names more nodes than a cluster may have."""
+    if count > MAX_NODES:
+        raise error(source, line, f"more than {MAX_NODES} nodes (the cluster limit)")
 
 
 @dataclass(frozen=True)
@@ -76,10 +87,34 @@ def is_label_key(key: str) -> bool:
     return True
 
 
+_CONTROL_RUN = re.compile(r"([\x00-\x08\x0b-\x1f\x7f])\1{3,}")
+_CONTROL_NAMES = {"\x00": "NUL", "\x1b": "ESC", "\x7f": "DEL"}
+
+
 def short(text: str, limit: int = 60) -> str:
-    """A value quoted in a message, cut so that a hostile file cannot flood the terminal."""
+    """A value quoted in a message, cut so that a hostile file cannot flood the terminal; a run of one
+    control character (57 NUL bytes) is shown as its count."""
     text = text.replace("\n", " ").replace("\r", " ")
-    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+    runs: list[str] = []
+
+    def count(m: re.Match[str]) -> str:
+        name = _CONTROL_NAMES.get(m.group(1), f"0x{ord(m.group(1)):02x}")
+        runs.append(f"{len(m.group(0))} {name} bytes")
+        return m.group(1)
+
+    text = _CONTROL_RUN.sub(count, text)
+    quoted = repr(text if len(text) <= limit else text[: limit - 3] + "...")
+    return f"{quoted} (with {', '.join(runs)})" if runs else quoted
+
+
+def found_kind(data: Any) -> str:
+    """What a file holds instead of the expected kind, for "expected ..., <this>" messages."""
+    if not isinstance(data, dict):
+        return f"but the file holds a JSON {type(data).__name__}"
+    kind = data.get("kind")
+    if kind is None:
+        return "but the file has no kind field"
+    return f"got {short(str(kind), 30)}"
 
 
 def split_assignment(value: str, what: str) -> tuple[str, str]:
@@ -90,3 +125,17 @@ def split_assignment(value: str, what: str) -> tuple[str, str]:
     if not pattern or not file:
         raise InputError(f"{what} {value!r}: expected PATTERN=FILE (e.g. 'node-*=topo.txt') or FILE")
     return pattern, file
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The import builds millions of small objects that live to the end; Python's cyclic collector would
+    rescan them again and again (a third of a 30k-node import). Inputs are bounded (64 MiB), so pausing it
+    for the import bounds the garbage too."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

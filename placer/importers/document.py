@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from placer.importers import hardware as hw
-from placer.importers.common import Note, natural_key
+from placer.importers.common import Note, collector_paused, natural_key
 from placer.importers.domains import final_domains
 from placer.importers.k8s_nodes import ALWAYS, AUTO_ORDER, PRESETS
 from placer.importers.ledger import DEFAULT, Draft, Ledger
@@ -279,5 +279,6 @@ def _flat(value: Any) -> bool:
 
 def dump_cluster(document: dict[str, Any]) -> str:
     """Compact, deterministic YAML that ``placer.model.load`` reads back (key order kept, no aliases)."""
-    text: str = yaml.dump(_styled(document), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=200)
+    with collector_paused():
+        text: str = yaml.dump(_styled(document), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=200)
     return text

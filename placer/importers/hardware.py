@@ -151,8 +151,12 @@ def _non_sys_groups(hw: NodeHardware) -> list[list[int]]:
 def rails(hw: NodeHardware) -> list[str]:
     """NICs that are the nearest NIC of at least one GPU: the ones its traffic leaves the node through."""
     used: set[str] = set()
+    # Rails are InfiniBand ports unless the fabric is Ethernet: a storage or management Ethernet port near a
+    # GPU is not a rail when the node has InfiniBand ones (12 ports, 4 of them Ethernet, are 8 rails).
+    ib = any(n.kind == "infiniband" for n in hw.nics)
+    nics = [n for n in hw.nics if not (ib and n.kind == "ethernet") and len(n.links) == len(hw.gpus)]
     for g, _ in enumerate(hw.gpus):
-        dists = [(distance(n.links[g]), n.name) for n in hw.nics if len(n.links) == len(hw.gpus)]
+        dists = [(distance(n.links[g]), n.name) for n in nics]
         if dists:
             best = min(d for d, _ in dists)
             used.update(name for d, name in dists if d == best)
@@ -168,5 +172,14 @@ def nic_socket(hw: NodeHardware, nic: NicInfo, socket_of: dict[int, int]) -> int
     """The NIC's NUMA node as given, else that of the GPUs it reaches without crossing sockets."""
     if nic.numa is not None:
         return nic.numa
-    found = {socket_of[g.index] for g, code in zip(hw.gpus, nic.links, strict=False) if canonical(code) != "SYS"}
-    return found.pop() if len(found) == 1 else None
+    # Nearest first: the GPUs behind its own PCIe switch tree, then any it reaches without crossing sockets
+    # (NODE also joins NUMA nodes of one CPU, so it alone can name two).
+    for near in (NEAR, ("PIX", "PXB", "PHB", "NODE")):
+        found = {
+            socket_of[g.index]
+            for g, code in zip(hw.gpus, nic.links, strict=False)
+            if canonical(code) in near and g.index in socket_of
+        }
+        if found:
+            return found.pop() if len(found) == 1 else None
+    return None

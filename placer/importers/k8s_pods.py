@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from placer.importers.common import Note, error, load_json, short
+from placer.importers.common import Note, error, found_kind, load_json, short
 from placer.model import k8s
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -48,10 +48,7 @@ def parse_pods(text: str, source: str) -> PodsFile:
     elif isinstance(data, dict) and data.get("kind") in ("List", "PodList") and isinstance(data.get("items"), list):
         items = data["items"]
     else:
-        kind = data.get("kind") if isinstance(data, dict) else type(data).__name__
-        raise error(
-            source, None, f"expected kubectl get pods -A -o json output (kind List), got {short(str(kind), 30)}"
-        )
+        raise error(source, None, f"expected kubectl get pods -A -o json output (kind List), {found_kind(data)}")
     notes: list[Note] = []
     usages: list[PodUsage] = []
     unbound = finished = 0

@@ -28,7 +28,7 @@ from placer.importers import hardware as hw
 from placer.importers.aws_topology import InstanceTopology
 from placer.importers.common import Note, is_node_name
 from placer.importers.domains import RACK_FROM_NVLINK, add_domain, check_partitions, final_domains
-from placer.importers.k8s_nodes import LabelScheme, NodesFile, domains_from_labels, kept_labels
+from placer.importers.k8s_nodes import ZONE, LabelScheme, NodesFile, domains_from_labels, kept_labels
 from placer.importers.k8s_pods import PodsFile
 from placer.importers.ledger import DEFAULT, Draft, Ledger
 from placer.importers.nccl_tests import NcclTestRun
@@ -233,6 +233,7 @@ def _apply_k8s(nodes: NodesFile, scheme: LabelScheme, ledger: Ledger) -> None:
     labels_origin = f"node labels ({nodes.source})"
     found = domains_from_labels(list(nodes.nodes), scheme, nodes.source)
     ledger.notes.extend(found.notes)
+    coarse: list[str] = []
     for node in nodes.nodes:
         draft = ledger.drafts[node.name]
         draft.labels.update(kept_labels(node, scheme))
@@ -283,7 +284,26 @@ def _apply_k8s(nodes: NodesFile, scheme: LabelScheme, ledger: Ledger) -> None:
                 )
             )
         for level, value in found.domains[node.name].items():
+            if level == "leaf" and draft.domains.get("leaf") and _only_zone(node, scheme):
+                coarse.append(node.name)  # a finer source (AWS, Slurm) named the leaf: the zone does not win
+                continue
             add_domain(draft, level, value, labels_origin)
+    if coarse:
+        ledger.notes.append(
+            Note(
+                nodes.source,
+                None,
+                f"leaf: {len(coarse)} node(s) (e.g. {coarse[0]}) carry only the coarse {ZONE} label; the finer leaf "
+                "from Slurm or AWS instance topology is kept (--label-preset zone uses the zone)",
+            )
+        )
+
+
+def _only_zone(node, scheme: LabelScheme) -> bool:
+    """Under ``auto``, the leaf a node's labels give comes from the zone, the last-resort key."""
+    if scheme.name != "auto":
+        return False
+    return next((k for k in scheme.levels.get("leaf", ()) if node.labels.get(k)), None) == ZONE
 
 
 def _apply_pods(pods: PodsFile, ledger: Ledger) -> None:

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from placer.importers.common import Note, error, short
 
 _RANK = re.compile(
-    r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
+    r"^#\s*Rank\s+(\d{1,9})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d{1,9})\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.]+)")
 _OP = re.compile(r"Collective test starting:\s*(\S+)")
+_MAX_BYTES = re.compile(r"\bmaxBytes\s+(\d{1,20})\b")
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
 MAX_ROWS = 10_000
 
@@ -98,6 +99,7 @@ def parse_nccl_tests(text: str, source: str) -> NcclTestRun:
     avg = None
     op = None
     noise: list[int] = []
+    max_bytes: int | None = None  # the header's maxBytes: the largest size the run was asked to measure
     for number, raw in enumerate(lines, start=1):
         line = raw.strip()
         if not line:
@@ -118,8 +120,13 @@ def parse_nccl_tests(text: str, source: str) -> NcclTestRun:
                 avg = float(m.group(1))
             elif (m := _OP.search(line)) is not None:
                 op = m.group(1)
+            elif max_bytes is None and (m := _MAX_BYTES.search(line)) is not None:
+                max_bytes = int(m.group(1))
             continue
         tokens = line.split()
+        if columns is not None and 0 < len(tokens) < width and tokens[0].isdigit():
+            notes.append(Note(source, number, f"truncated result row ({len(tokens)} of {width} columns); not used"))
+            continue
         if columns is None or len(tokens) != width or not tokens[0].isdigit():
             noise.append(number)
             continue
@@ -145,6 +152,19 @@ def parse_nccl_tests(text: str, source: str) -> NcclTestRun:
     for row in rows:
         if row.out_of_place.wrong or row.in_place.wrong:
             notes.append(Note(source, row.line, f"size {row.size_bytes}: wrong results reported; not used"))
+    if avg is None:
+        largest = max(r.size_bytes for r in rows)
+        if max_bytes is not None and largest < max_bytes:
+            notes.append(
+                Note(
+                    source,
+                    None,
+                    "the file ends before the '# Avg bus bandwidth' line, and the header asks for sizes up to "
+                    f"{max_bytes} bytes: the run was cut short at {largest} bytes, so the figure may be low",
+                )
+            )
+        else:
+            notes.append(Note(source, None, "the file ends before the '# Avg bus bandwidth' line (cut short?)"))
     if not ranks:
         notes.append(Note(source, None, "no '#  Rank ... on <host>' lines: the hosts the test spanned are unknown"))
     layout = (

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from placer.importers.aws_topology import parse_instance_topology
-from placer.importers.common import Note, read_source, split_assignment
+from placer.importers.common import Note, collector_paused, read_source, split_assignment
 from placer.importers.document import build_document, fabric_from_hardware, nccl_overrides
 from placer.importers.domains import check_nesting
 from placer.importers.k8s_nodes import label_scheme, parse_nodes
@@ -117,6 +117,8 @@ def read_sources(options: ImportOptions) -> tuple[Sources, list[SourceLine]]:
             if peak and peak.out_of_place.busbw_gbps
             else "no usable row"
         )
+        if run.avg_busbw_gbps is not None:
+            figure += f", average bus bandwidth {run.avg_busbw_gbps:g} GB/s"
         lines.append(SourceLine("nccl-tests", str(path), f"{len(run.hosts)} host(s), {len(run.rows)} sizes, {figure}"))
     if options.slurm is not None:
         slurm = parse_slurm(read_source(options.slurm), str(options.slurm))
@@ -182,8 +184,9 @@ def merge_sources(sources: Sources, options: ImportOptions, lines: list[SourceLi
 
 
 def import_cluster(options: ImportOptions) -> ImportResult:
-    sources, lines = read_sources(options)
-    return merge_sources(sources, options, lines)
+    with collector_paused():
+        sources, lines = read_sources(options)
+        return merge_sources(sources, options, lines)
 
 
 def _validate(document: dict[str, Any]) -> tuple[ClusterSpec, Topology]:
@@ -214,6 +217,7 @@ def _report(
             report.notes.extend(hw_file.hardware.notes)
     report.notes.extend(ledger.notes)
     report.notes.extend(notes)
+    report.notes[:] = dict.fromkeys(report.notes)  # a note reached through two paths is listed once
     provenance: dict[str, Counter[str]] = {}
     for draft in ledger.drafts.values():
         gpu_fields = draft.values.get("gpus", 0) > 0

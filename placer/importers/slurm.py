@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from placer.importers.common import Note, error, is_label_value, is_node_name, short
+from placer.importers.common import Note, check_node_count, error, is_label_value, is_node_name, short
 from placer.model.errors import InputError
 from placer.model.load import parse_documents
 
@@ -137,24 +137,32 @@ class _Builder:
                 )
             order.append(node)
             leaf_of[node] = domain
+            check_node_count(len(order), self.source, line)
 
+        parents: dict[str, list[str]] = {}  # Slurm allows a switch under several parents (its own doc example)
         for name, (kids, members, line) in self.switches.items():
             for kid in kids:
                 if kid not in self.switches:
                     raise error(self.source, line, f"switch {short(name)}: child switch {short(kid)} is not defined")
-                if kid in parent_of:
-                    raise error(self.source, line, f"switch {short(kid)} is under both {parent_of[kid]} and {name}")
-                parent_of[kid] = name
+                if kid == name:
+                    raise error(self.source, line, f"switches form a loop through {short(name)}")
+                parents.setdefault(kid, []).append(name)
+                parent_of.setdefault(kid, name)
             for node in members:
                 place(node, name, "switch", line)
-        for name in self.switches:
-            seen = {name}
-            up = parent_of.get(name)
-            while up is not None:
-                if up in seen:
-                    raise error(self.source, self.switches[name][2], f"switches form a loop through {short(name)}")
-                seen.add(up)
-                up = parent_of.get(up)
+        self._check_loops(parents)
+        several = [(kid, ups) for kid, ups in parents.items() if len(ups) > 1]
+        if several:
+            first, ups = several[0]
+            more = "; ..." if len(several) > 1 else ""
+            self.notes.append(
+                Note(
+                    self.source,
+                    None,
+                    f"{len(several)} switch(es) under several parents ({first} under {', '.join(ups)}{more}): Slurm "
+                    "allows it; placer models one spine, so the parents are joined into it",
+                )
+            )
         for name, (members, line) in self.blocks.items():
             for node in members:
                 place(node, name, "block", line)
@@ -181,6 +189,26 @@ class _Builder:
             tuple(self.block_sizes),
             tuple(self.notes),
         )
+
+    def _check_loops(self, parents: dict[str, list[str]]) -> None:
+        """Refuse a cycle in the switch graph (every parent counted), in linear time."""
+        state: dict[str, int] = {}  # 1: on the current path, 2: done
+        for start in self.switches:
+            if start in state:
+                continue
+            stack = [(start, iter(parents.get(start, ())))]
+            state[start] = 1
+            while stack:
+                name, ups = stack[-1]
+                up = next(ups, None)
+                if up is None:
+                    state[name] = 2
+                    stack.pop()
+                elif state.get(up) == 1:
+                    raise error(self.source, self.switches[up][2], f"switches form a loop through {short(up)}")
+                elif up not in state:
+                    state[up] = 1
+                    stack.append((up, iter(parents.get(up, ()))))
 
     def _report(self, parent_of: dict[str, str]) -> None:
         upper = [s for s, (kids, _, _) in self.switches.items() if kids]

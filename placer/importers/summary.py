@@ -139,20 +139,21 @@ def render_summary(summary: ClusterSummary) -> RenderableType:
     table = Table(title=f"cluster {summary.name}", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value", overflow="fold")
-    table.add_row("nodes", f"{summary.nodes} ({summary.schedulable_nodes} schedulable)")
-    table.add_row("GPUs", f"{summary.gpus}: {summary.busy_gpus} busy, {summary.free_gpus} free")
+    _row(table, "nodes", f"{summary.nodes} ({summary.schedulable_nodes} schedulable)")
+    _row(table, "GPUs", f"{summary.gpus}: {summary.busy_gpus} busy, {summary.free_gpus} free")
     for product, n in summary.gpus_by_product.items():
-        table.add_row("  " + product, str(n))
+        _row(table, "  " + product, str(n))
     for level in ("nvlink-domain", "rack", "leaf"):
         named, kept = summary.domains_named.get(level, 0), summary.domains_in_tree.get(level, 0)
-        table.add_row(f"{level} domains", f"{named} named, {kept} in the solver's tree")
+        _row(table, f"{level} domains", f"{named} named, {kept} in the solver's tree")
     for o in summary.overrides:
-        table.add_row("measured", f"{o['domain']}: {o.get('bandwidthGBps', '-')} GB/s ({o.get('source', '')})")
+        _row(table, "measured", f"{o['domain']}: {o.get('bandwidthGBps', '-')} GB/s ({o.get('source', '')})")
     classes = Table(title="node classes", title_justify="left")
     for col in ("class", "nodes", "GPUs/node", "product", "interconnect", "NVLink GB/s", "sockets", "NICs"):
         classes.add_column(col, overflow="fold")
     for c in summary.classes:
-        classes.add_row(
+        _row(
+            classes,
             c.name,
             str(c.nodes),
             str(c.gpus_per_node),
@@ -173,14 +174,14 @@ def render_import(report: ImportReport, summary: ClusterSummary) -> RenderableTy
     for col in ("kind", "file", "gave"):
         sources.add_column(col, overflow="fold")
     for line in report.sources:
-        sources.add_row(line.kind, line.file, line.summary)
+        _row(sources, line.kind, line.file, line.summary)
     origins = Table(title="where each field came from (nodes per source)", title_justify="left")
     origins.add_column("field")
     origins.add_column("source", overflow="fold")
     origins.add_column("nodes", justify="right")
     for key, by in report.provenance.items():
         for origin, n in by.items():
-            origins.add_row(key, Text(origin, style="yellow" if origin == "default" else ""), str(n))
+            _row(origins, key, Text(origin, style="yellow" if origin == "default" else ""), str(n))
     parts: list[RenderableType] = [sources, render_summary(summary), origins]
     if report.conflicts:
         parts.append(Text(f"conflicts ({len(report.conflicts)}):", style="bold red"))
@@ -191,6 +192,11 @@ def render_import(report: ImportReport, summary: ClusterSummary) -> RenderableTy
         if len(report.notes) > MAX_NOTES:
             parts.append(Text(f"  ... and {len(report.notes) - MAX_NOTES} more"))
     return Group(*parts)
+
+
+def _row(table: Table, *cells: RenderableType) -> None:
+    """A table row of plain text: names, products and sources come from files and may hold '[/x]'."""
+    table.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))
 
 
 def _line(text: str) -> Text:

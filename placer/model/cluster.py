@@ -15,13 +15,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from placer.model import k8s
-from placer.model.k8s import Quantity, field_alias
+from placer.model.k8s import CpuQuantity, MemoryQuantity, field_alias
+
+HOSTNAME = "kubernetes.io/hostname"  # what the manifests pin pods to
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", populate_by_name=True, alias_generator=field_alias, frozen=True, str_strip_whitespace=True
-    )
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=field_alias, frozen=True)
 
 
 class Link(_Model):
@@ -94,8 +94,8 @@ class NodeClass(_Model):
     interconnect: Literal["nvlink", "pcie"] = "nvlink"
     nvlink_gbps: float | None = Field(default=None, gt=0, description="Per-GPU NVLink bandwidth inside the node.")
     sockets: int = Field(default=1, ge=1, le=16)
-    cpu: Quantity = "64"
-    memory: Quantity = "512Gi"
+    cpu: CpuQuantity = "64"
+    memory: MemoryQuantity = "512Gi"
     nics: list[Nic] | None = None
     nvlink_islands: list[list[int]] | None = Field(default=None, description=_ISLANDS)
 
@@ -123,8 +123,11 @@ class GpuId(_Model):
 
 
 class Used(_Model):
-    cpu: Quantity = "0"
-    memory: Quantity = "0"
+    cpu: CpuQuantity = "0"
+    memory: MemoryQuantity = "0"
+
+
+MAX_QUEUE_DEPTH = 1_000_000  # queued requests per GPU; times the objective weight it must stay an integer
 
 
 class Metrics(_Model):
@@ -137,8 +140,8 @@ class Metrics(_Model):
     @classmethod
     def _range(cls, v: float | dict[int, float] | None, info: ValidationInfo) -> float | dict[int, float] | None:
         values = v.values() if isinstance(v, dict) else [] if v is None else [v]
-        if info.field_name == "queue_depth" and any(x < 0 for x in values):
-            raise ValueError("queueDepth must be >= 0")
+        if info.field_name == "queue_depth" and not all(0 <= x <= MAX_QUEUE_DEPTH for x in values):
+            raise ValueError(f"expected finite numbers from 0 to {MAX_QUEUE_DEPTH} (queued requests per GPU)")
         if info.field_name == "kv_cache_hit" and any(not 0 <= x <= 1 for x in values):
             raise ValueError("kvCacheHit is a fraction between 0 and 1")
         return v
@@ -155,8 +158,8 @@ class NodeSpec(_Model):
     interconnect: Literal["nvlink", "pcie"] | None = None
     nvlink_gbps: float | None = Field(default=None, gt=0)
     sockets: int | None = Field(default=None, ge=1, le=16)
-    cpu: Quantity | None = None
-    memory: Quantity | None = None
+    cpu: CpuQuantity | None = None
+    memory: MemoryQuantity | None = None
     nics: list[Nic] | None = None
     nvlink_islands: list[list[int]] | None = Field(default=None, description=_ISLANDS)
     busy: list[int] = Field(default_factory=list)
@@ -168,7 +171,7 @@ class NodeSpec(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if len(v) > 253 or not k8s.DNS1123_SUBDOMAIN.match(v):
+        if len(v) > 253 or not k8s.DNS1123_SUBDOMAIN.fullmatch(v):
             raise ValueError(f"node name {v!r} is not a DNS-1123 subdomain (lower-case, digits, '-', '.')")
         return v
 
@@ -246,6 +249,7 @@ class ClusterSpec(_Model):
     def _consistent(self) -> ClusterSpec:
         seen: set[str] = set()
         uuids: dict[str, str] = {}
+        hosts: dict[str, str] = {}  # kubernetes.io/hostname (the node name without the label) -> node
         for i, node in enumerate(self.nodes):
             for g in node.gpu_ids or []:
                 if g.uuid is not None and g.uuid in uuids:
@@ -258,6 +262,14 @@ class ClusterSpec(_Model):
             if node.name in seen:
                 raise ValueError(f"nodes[{i}].name: node {node.name!r} appears twice")
             seen.add(node.name)
+            host = node.labels.get(HOSTNAME, node.name)
+            if host in hosts:
+                where = "labels" if HOSTNAME in node.labels else "name"
+                raise ValueError(
+                    f"nodes[{i}].{where}: kubernetes.io/hostname {host!r} is also the hostname of node "
+                    f"{hosts[host]!r}; pods pinned to it could land on either"
+                )
+            hosts[host] = node.name
             if node.node_class is not None and node.node_class not in self.node_classes:
                 raise ValueError(
                     f"nodes[{i}].class: {node.node_class!r} is not in nodeClasses {sorted(self.node_classes)}"

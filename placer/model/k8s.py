@@ -43,7 +43,7 @@ _SUFFIX = {
 
 
 def check_dns_label(value: str, what: str = "name", max_len: int = 63) -> str:
-    if len(value) > max_len or not DNS1123_LABEL.match(value):
+    if len(value) > max_len or not DNS1123_LABEL.fullmatch(value):
         raise ValueError(
             f"{what} {value!r} is not a valid DNS-1123 label: lower-case letters, digits and '-', "
             f"starting and ending with a letter or digit, at most {max_len} characters"
@@ -53,15 +53,15 @@ def check_dns_label(value: str, what: str = "name", max_len: int = 63) -> str:
 
 def check_label_key(key: str) -> str:
     prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
+    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix)):
         raise ValueError(f"label key {key!r}: prefix must be a DNS-1123 subdomain")
-    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+    if not name or len(name) > 63 or not _QUALIFIED_NAME.fullmatch(name):
         raise ValueError(f"label key {key!r}: name part must be 1-63 characters of [A-Za-z0-9-_.]")
     return key
 
 
 def check_label_value(value: str) -> str:
-    if len(value) > 63 or not _LABEL_VALUE.match(value):
+    if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
         raise ValueError(f"label value {value!r}: at most 63 characters of [A-Za-z0-9-_.], alphanumeric ends")
     return value
 
@@ -72,7 +72,7 @@ MAX_EXPONENT = 30  # no node has 1e30 bytes or cores; larger values are typos or
 def parse_quantity(text: str | int | float) -> Decimal:
     """Parse a Kubernetes quantity into a Decimal of base units (cores, bytes)."""
     raw = str(text).strip()
-    match = _QUANTITY.match(raw)
+    match = _QUANTITY.fullmatch(raw)
     if not match:
         raise ValueError(f"{raw!r} is not a Kubernetes quantity (examples: 500m, 4, 16Gi, 1.5e3)")
     number, suffix = match.group(1), match.group(2) or ""
@@ -91,6 +91,24 @@ def parse_quantity(text: str | int | float) -> Decimal:
     if value.adjusted() > MAX_EXPONENT:
         raise ValueError(f"{raw!r} is out of range (at most about 1e{MAX_EXPONENT})")
     return value
+
+
+MAX_CPU_CORES = 1_000_000  # a node's or a pod's CPU; keeps the model's millicore sums inside 64 bits
+MAX_MEMORY_BYTES = 2**50  # 1Pi: a node's or a pod's memory, for the same reason
+
+
+def check_cpu(text: str) -> str:
+    """A CPU quantity that the model's integer arithmetic can hold."""
+    if parse_quantity(text) > MAX_CPU_CORES:
+        raise ValueError(f"{str(text).strip()!r} is over the limit of {MAX_CPU_CORES} cores")
+    return text
+
+
+def check_memory(text: str) -> str:
+    """A memory quantity that the model's integer arithmetic can hold."""
+    if parse_quantity(text) > MAX_MEMORY_BYTES:
+        raise ValueError(f"{str(text).strip()!r} is over the limit of 1Pi bytes")
+    return text
 
 
 def millicores(text: str | int | float) -> int:
@@ -115,3 +133,7 @@ def _quantity(value: str) -> str:
 
 Quantity = Annotated[str, AfterValidator(_quantity)]
 """A string field that must be a Kubernetes quantity (``500m``, ``16Gi``)."""
+CpuQuantity = Annotated[str, AfterValidator(_quantity), AfterValidator(check_cpu)]
+"""A CPU quantity, at most ``MAX_CPU_CORES``."""
+MemoryQuantity = Annotated[str, AfterValidator(_quantity), AfterValidator(check_memory)]
+"""A memory quantity, at most ``MAX_MEMORY_BYTES``."""

@@ -8,7 +8,12 @@ only when there is an error to report.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,62 +31,173 @@ M = TypeVar("M", bound=BaseModel)
 KINDS: dict[str, type[BaseModel]] = {"ServingTopology": ServingTopology, "Cluster": ClusterSpec}
 
 
+STDIN = "-"
+_STREAMS: dict[str, str] = {}  # what a pipe, FIFO or stdin gave: such an input can be read only once
+
+
 def read_text(path: Path) -> str:
-    """Read a file with a size limit, as text."""
+    """Read an input as UTF-8 text, at most ``MAX_BYTES``; ``-`` is standard input.
+
+    The limit is enforced while reading (a pipe or /dev/zero reports no size), and what a non-regular file
+    gave is kept, so that a second read of the same pipe (a spec counted, then loaded) sees the same text."""
+    key = str(path)
+    if key in _STREAMS:
+        return _STREAMS[key]
+    data, regular = _read_bytes(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise InputError(f"{path}: {size} bytes is over the {MAX_BYTES // (1024 * 1024)} MiB input limit")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+    if not regular:
+        _STREAMS[key] = text
+    return text
+
+
+def _read_bytes(path: Path) -> tuple[bytes, bool]:
+    """The bytes of ``path`` (at most the limit) and whether it is a regular file."""
+    limit = MAX_BYTES
+    try:
+        if str(path) == STDIN:
+            stream = getattr(sys.stdin, "buffer", None)
+            data = stream.read(limit + 1) if stream is not None else sys.stdin.read(limit + 1).encode("utf-8")
+            regular = False
+        else:
+            with open(path, "rb") as fh:
+                info = os.fstat(fh.fileno())
+                regular = stat.S_ISREG(info.st_mode)
+                if stat.S_ISDIR(info.st_mode):
+                    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+                if regular and info.st_size > limit:
+                    raise InputError(
+                        f"{path}: {info.st_size} bytes is over the {limit // (1024 * 1024)} MiB input limit"
+                    )
+                data = fh.read(limit + 1)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    if len(data) > limit:
+        raise InputError(f"{path}: more than {limit // (1024 * 1024)} MiB (the input limit)")
+    return data, regular
+
+
+def check_stdin_once(paths: Iterable[Path | str | None]) -> None:
+    """Standard input can be given as one input only."""
+    if sum(1 for p in paths if p is not None and str(p) == STDIN) > 1:
+        raise InputError("'-' (standard input) can be read only once: give it for one input")
+
+
+MAX_DEPTH = 64  # placer's formats nest about 10 deep; deeper is hostile (libyaml's composer recurses in C)
+MAX_INT_DIGITS = 4300  # Python's own limit for converting digits to an int
+_PLAIN = "tag:yaml.org,2002:"
+# Tags the safe loader builds into plain data; any other tag (``!foo``, ``!!python/...``, ``!!binary``,
+# ``!!set``) is refused, and a bare ``=`` (the YAML 1.1 ``value`` type) too.
+_ALLOWED_TAGS = {_PLAIN + t for t in ("null", "bool", "int", "float", "str", "seq", "map", "timestamp")}
+_OPEN = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_CLOSE = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
 
 
 def parse_documents(text: str, source: str) -> list[tuple[Any, yaml.Node]]:
-    """Parse every YAML document, refusing aliases and duplicate keys; keep each node tree for lines."""
+    """Parse every YAML document, refusing deep nesting, tags, aliases, complex keys, huge integers and
+    duplicate keys; keep each node tree for lines."""
     try:
+        _check_depth(text, source)
         nodes = list(yaml.compose_all(text, Loader=_Loader))
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"{source}{where}: not valid YAML: {problem}") from exc
+        raise InputError(_yaml_message(exc, source)) from None
     out = []
     for node in nodes:
         if node is None:
             continue
         _check_node(node, source)
         loader = _Loader("")
-        data = loader.construct_document(node)
+        try:
+            data = loader.construct_document(node)
+        except Exception as exc:  # noqa: BLE001 - PyYAML's constructors fail in many ways on explicit tags
+            raise InputError(_construct_message(exc, node, source)) from None
         out.append((data, node))
     return out
 
 
+def _yaml_message(exc: Exception, source: str) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    where = f":{mark.line + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc).split("\n")[0]
+    return f"{source}{where}: not valid YAML: {problem}"
+
+
+def _construct_message(exc: Exception, root: yaml.Node, source: str) -> str:
+    """A value the safe constructor could not build (``!!bool maybe``, ``!!timestamp x``): the line of the
+    first explicitly tagged scalar that does not match its tag's form, else the error itself."""
+    if isinstance(exc, yaml.YAMLError):
+        return _yaml_message(exc, source)
+    resolver = _Loader("")
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag != resolver.resolve(yaml.ScalarNode, node.value, (True, False)) and node.tag != _PLAIN + "str":
+                return f"{source}:{node.start_mark.line + 1}: {node.value[:40]!r} is not a valid {_tag_name(node.tag)}"
+        elif isinstance(node, yaml.MappingNode):
+            stack += [v for kv in node.value for v in kv]
+        else:
+            stack += node.value
+    return f"{source}: not valid YAML: {type(exc).__name__}: {exc}"
+
+
+def _check_depth(text: str, source: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH from the event stream (libyaml's parser keeps its own stack),
+    before the composer recurses into it: 25,000 flow brackets crashed it."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, _OPEN):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = f":{event.start_mark.line + 1}" if event.start_mark is not None else ""
+                raise InputError(f"{source}{line}: YAML nested more than {MAX_DEPTH} levels deep")
+        elif isinstance(event, _CLOSE):
+            depth -= 1
+
+
+def _tag_name(tag: str) -> str:
+    return "!!" + tag.removeprefix(_PLAIN) if tag.startswith(_PLAIN) else tag
+
+
 def _check_node(root: yaml.Node, source: str) -> None:
-    """Reject aliases (a node reached twice) and duplicate mapping keys, iteratively."""
+    """Reject aliases (a node reached twice), tags, complex keys, huge integers and duplicate mapping keys,
+    iteratively."""
     seen: set[int] = set()
     stack = [root]
     while stack:
         node = stack.pop()
+        line = node.start_mark.line + 1
         if id(node) in seen:
-            raise InputError(f"{source}:{node.start_mark.line + 1}: YAML anchors and aliases are not allowed")
+            raise InputError(f"{source}:{line}: YAML anchors and aliases are not allowed")
         seen.add(id(node))
+        if node.tag not in _ALLOWED_TAGS:
+            if node.tag == "tag:yaml.org,2002:merge":
+                raise InputError(f"{source}:{line}: YAML merge keys (<<) are not allowed")
+            if node.tag == "tag:yaml.org,2002:value":
+                raise InputError(f"{source}:{line}: a bare '=' is not a value; quote it ('=')")
+            raise InputError(f"{source}:{line}: YAML tag {_tag_name(node.tag)!r} is not allowed (plain YAML only)")
         if isinstance(node, yaml.MappingNode):
             keys: set[str] = set()
             for key, value in node.value:
                 if key.tag == "tag:yaml.org,2002:merge":
                     raise InputError(f"{source}:{key.start_mark.line + 1}: YAML merge keys (<<) are not allowed")
-                if isinstance(key, yaml.ScalarNode):
-                    if key.value in keys:
-                        raise InputError(f"{source}:{key.start_mark.line + 1}: key {key.value!r} appears twice")
-                    keys.add(key.value)
+                if not isinstance(key, yaml.ScalarNode):
+                    kind = "sequence" if isinstance(key, yaml.SequenceNode) else "mapping"
+                    raise InputError(
+                        f"{source}:{key.start_mark.line + 1}: a mapping key must be a plain value, not a {kind}"
+                    )
+                if key.value in keys:
+                    raise InputError(f"{source}:{key.start_mark.line + 1}: key {key.value!r} appears twice")
+                keys.add(key.value)
                 stack += [key, value]
         elif isinstance(node, yaml.SequenceNode):
             stack += node.value
+        elif node.tag == _PLAIN + "int" and len(node.value) > MAX_INT_DIGITS:
+            raise InputError(
+                f"{source}:{line}: a number of {len(node.value)} digits is over the {MAX_INT_DIGITS}-digit limit"
+            )
 
 
 def line_of(root: yaml.Node, path: tuple[Any, ...]) -> int | None:
@@ -156,6 +272,9 @@ def load_model(path: Path, model: type[M]) -> M:
     return validate_document(docs[0], str(path), model)
 
 
+_TYPE_NAMES = {list: "list", dict: "mapping", int: "number", float: "number", bool: "boolean"}
+
+
 def validate_document(doc: tuple[Any, yaml.Node], source: str, model: type[M]) -> M:
     data, root = doc
     if not isinstance(data, dict):
@@ -163,9 +282,10 @@ def validate_document(doc: tuple[Any, yaml.Node], source: str, model: type[M]) -
     expected_kind = model.model_fields["kind"].annotation.__args__[0]  # type: ignore[union-attr]
     kind = data.get("kind")
     if kind != expected_kind:
+        got = repr(kind) if isinstance(kind, str | None) else f"a {_TYPE_NAMES.get(type(kind), type(kind).__name__)}"
         raise InputError(
-            f"{source}:{line_of(root, ('kind',))}: kind: expected {expected_kind!r}, got {kind!r}"
-            + (" (did you swap the spec and the cluster file?)" if kind in KINDS else "")
+            f"{source}:{line_of(root, ('kind',))}: kind: expected {expected_kind!r}, got {got}"
+            + (" (did you swap the spec and the cluster file?)" if isinstance(kind, str) and kind in KINDS else "")
         )
     try:
         return model.model_validate(data)

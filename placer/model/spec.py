@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from placer.model import API_VERSION, k8s
-from placer.model.k8s import Quantity, field_alias
+from placer.model.k8s import CpuQuantity, MemoryQuantity, field_alias
 from placer.model.levels import LEVEL_RANK, Level
 
 Role = Literal["prefill", "decode", "aggregated"]
@@ -21,9 +21,7 @@ DEFAULT_DECODE_TOKENS = 256  # a decode batch's tokens per forward pass when the
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", populate_by_name=True, alias_generator=field_alias, frozen=True, str_strip_whitespace=True
-    )
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=field_alias, frozen=True)
 
 
 class Metadata(_Model):
@@ -88,7 +86,7 @@ class EnvVar(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not k8s.ENV_NAME.match(v):
+        if not k8s.ENV_NAME.fullmatch(v):
             raise ValueError(f"env name {v!r} must match [-._a-zA-Z][-._a-zA-Z0-9]*")
         return v
 
@@ -107,6 +105,10 @@ class Resources(_Model):
                 raise ValueError("nvidia.com/gpu is set by placer from the placement; remove it")
             k8s.check_label_key(key)
             k8s.parse_quantity(qty)
+            try:
+                {"cpu": k8s.check_cpu, "memory": k8s.check_memory}.get(key, str)(qty)
+            except ValueError as exc:
+                raise ValueError(f"{key} {exc}") from None
         return v
 
 
@@ -131,7 +133,7 @@ class ContainerTemplate(_Model):
     @field_validator("image")
     @classmethod
     def _image(cls, v: str) -> str:
-        if len(v) > 512 or not k8s.IMAGE_REF.match(v):
+        if len(v) > 512 or not k8s.IMAGE_REF.fullmatch(v):
             raise ValueError(f"image {v!r} is not an image reference like registry/org/name:tag")
         return v
 
@@ -201,8 +203,8 @@ class Router(_Model):
     image: str = "ghcr.io/placer/router:latest"
     args: list[str] = Field(default_factory=list)
     port: int = Field(default=8000, ge=1, le=65535)
-    cpu: Quantity = "2"
-    memory: Quantity = "4Gi"
+    cpu: CpuQuantity = "2"
+    memory: MemoryQuantity = "4Gi"
     near: RouterNear | None = None
     start_first: bool = Field(
         default=False, description="Start the router before the engines (Grove: every engine clique startsAfter it)."
@@ -241,7 +243,7 @@ class Dra(_Model):
     @field_validator("device_class", "driver")
     @classmethod
     def _subdomain(cls, v: str) -> str:
-        if len(v) > 253 or not k8s.DNS1123_SUBDOMAIN.match(v):
+        if len(v) > 253 or not k8s.DNS1123_SUBDOMAIN.fullmatch(v):
             raise ValueError(f"{v!r} is not a DNS-1123 subdomain like gpu.nvidia.com")
         return v
 
@@ -314,7 +316,7 @@ class Nccl(_Model):
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         for name in v:
-            if not k8s.ENV_NAME.match(name):
+            if not k8s.ENV_NAME.fullmatch(name):
                 raise ValueError(f"nccl.env: {name!r} is not an environment variable name")
         return v
 

@@ -260,6 +260,9 @@ def _feasible(spec: ServingTopology, problem: Problem, budget: Budget) -> bool |
     relaxed = build_problem(spec, problem.topology)
     if single_rule_conflicts(relaxed):
         return False
+    # Feasible means "minReplicas whole replicas fit": the optional ones do not change the answer, and
+    # 1,024 of them made each check a model of millions of variables.
+    relaxed.replicas = max(1, relaxed.min_replicas)
     pm = PlacementModel(relaxed)
     solver = cp_model.CpSolver()
     solver.parameters.max_deterministic_time = min(10.0, budget.work_left)

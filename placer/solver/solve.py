@@ -46,8 +46,9 @@ def solve(
         raise _infeasible(problem, exc.proven, options.time_limit_s) from None
     notes = list(outcome.notes)
     n = len(outcome.replicas)
-    if n < problem.replicas:
-        notes.append(f"placed {n} of {problem.replicas} replicas")
+    wanted = max(problem.replicas, problem.spec.replicas)  # the spec's count, also when some were counted out
+    if n < wanted:
+        notes.append(f"placed {n} of {wanted} replicas")
     proven, bound = outcome.proven, outcome.bound
     if problem.unlike_domains:
         # The model priced these domains at their slowest node: its optimum and bound hold for that

@@ -180,6 +180,9 @@ class _Fenwick:
         return pos
 
 
+MAX_GPUS = 400_000  # 100,000 nodes of 4 GPUs (GB200), the cluster format's node limit; more is a typo
+
+
 def generate_cluster(
     style: str, gpus: int, seed: int, busy_fraction: float | None = None, name: str | None = None
 ) -> dict[str, Any]:

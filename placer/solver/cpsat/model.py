@@ -211,6 +211,8 @@ class PlacementModel:
         uses: dict[tuple[int, str], list] = defaultdict(list)
         for key, lits in self.vars.choice.items():
             plan = self.problem.pools[key[1]]
+            if plan.multi_node:
+                continue  # its node literals below say which spread domains it touches
             for ci, lit in lits.items():
                 uses[(key[0], self.spread_of(plan.candidates[ci].domain, rank))].append((lit, self.vars.copies[key]))
         for (k, _pool, _i), nodes in self.vars.node_of.items():

@@ -45,7 +45,9 @@ def allowed_candidates(problem: Problem, pool: str) -> list[int]:
         ups = set(anc(cand.domain))
         if any(pool in c.pools and not any(k.domain in ups for k in c.containers) for c in problem.colocations):
             continue
-        if spread_rank is not None and LEVEL_RANK[cand.level] > spread_rank:
+        # A multi-node instance's spread is held per node (its node literals), so its container may be broader
+        # than the spread level; any other instance must fit inside one spread-level domain.
+        if spread_rank is not None and LEVEL_RANK[cand.level] > spread_rank and not plan.multi_node:
             continue
         out.append(ci)
     return out

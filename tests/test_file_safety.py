@@ -1,0 +1,417 @@
+"""The file-safety matrix (issue 18): every option that writes a file, against every kind of target.
+
+Writers: ``solve --placement``, ``plan --placement``, ``cluster generate -o``, ``cluster import -o``,
+``explain --svg`` and ``schema --write``. Targets: a new file (mode from the umask), an existing file (keeps
+its mode), a symlink (the file it points to is written; the link stays), a FIFO and a character device
+(written through, never replaced), ``-`` (stdout, or refused where stdout already carries output), places
+that cannot be written (a directory, ``''``, under /proc, under a regular file, a read-only directory), the
+run's own input file (refused, untouched), two writers at once, and kill -9 in the middle of a write.
+A run that fails writes nothing. Everything goes through the real CLI as a process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import placer
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "fixtures" / "specs" / "aggregated-tp8.yaml"
+CLUSTER = ROOT / "fixtures" / "clusters" / "small-mixed.yaml"
+NODES = ROOT / "tests" / "data" / "samples" / "k8s-gpu-node-kubectl-get-nodes.json"
+
+
+def placer_cmd() -> list[str]:
+    if (Path(placer.__file__).parent / "__main__.py").exists():
+        return [sys.executable, "-m", "placer"]
+    return [str(Path(sys.executable).parent / "placer")]
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PLACER_DEBUG"}
+
+
+def run(args: list[str | Path], umask: int = 0o022, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [*placer_cmd(), *map(str, args)],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        timeout=timeout,
+        preexec_fn=lambda: os.umask(umask),
+    )
+
+
+@dataclass(frozen=True)
+class Writer:
+    """One writing option: the arguments with OUT where the output path goes, and the run's input files."""
+
+    name: str
+    args: Callable[[Path, Path], list[str | Path]]  # (output path, record path) -> arguments
+    inputs: Callable[[Path], list[Path]]  # record path -> input files
+    stdout_free: bool  # stdout carries nothing else, so '-' may mean stdout
+
+
+WRITERS = [
+    Writer(
+        "solve --placement", lambda o, r: ["solve", SPEC, CLUSTER, "--placement", o], lambda r: [SPEC, CLUSTER], False
+    ),
+    Writer(
+        "plan --placement",
+        lambda o, r: ["plan", "--from", r, CLUSTER, "--cut", "0", "--time-limit", "5", "--placement", o],
+        lambda r: [r, CLUSTER],
+        False,
+    ),
+    Writer(
+        "cluster generate -o",
+        lambda o, r: ["cluster", "generate", "--gpus", "16", "--seed", "3", "-o", o],
+        lambda r: [],
+        True,
+    ),
+    Writer(
+        "cluster import -o",
+        lambda o, r: ["cluster", "import", "--nodes", NODES, "-q", "-o", o],
+        lambda r: [NODES],
+        True,
+    ),
+    Writer(
+        "explain --svg",
+        lambda o, r: ["explain", r, "--cluster", CLUSTER, "--no-baselines", "--svg", o],
+        lambda r: [r, CLUSTER],
+        True,
+    ),
+]
+IDS = [w.name for w in WRITERS]
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A placement record of one replica: what ``plan`` starts from and ``explain`` reads."""
+    path = tmp_path_factory.mktemp("record") / "running.yaml"
+    one = tmp_path_factory.mktemp("spec") / "one.yaml"
+    one.write_text(
+        SPEC.read_text().replace("replicas: 2", "replicas: 1").replace("name: llama-70b-agg", "name: running")
+    )
+    proc = run(["solve", one, CLUSTER, "--placement", path])
+    assert proc.returncode == 0, proc.stderr.decode()
+    return path
+
+
+@pytest.fixture(scope="module")
+def expected(record: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """What each writer writes into a new regular file (the reference for every other target)."""
+    out = {}
+    for w in WRITERS:
+        path = tmp_path_factory.mktemp("ref") / ("out.svg" if "svg" in w.name else "out.yaml")
+        proc = run(w.args(path, record))
+        assert proc.returncode == 0, (w.name, proc.stderr.decode())
+        out[w.name] = path.read_bytes()
+        assert out[w.name]
+    return out
+
+
+def _leftovers(directory: Path, *keep: str) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name not in keep)
+
+
+@pytest.mark.parametrize("writer", WRITERS, ids=IDS)
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_new_file_honours_the_umask(
+    writer: Writer, umask: int, record: Path, expected: dict[str, bytes], tmp_path: Path
+) -> None:
+    out = tmp_path / ("new.svg" if "svg" in writer.name else "new.yaml")
+    proc = run(writer.args(out, record), umask=umask)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert out.read_bytes() == expected[writer.name]
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
+    assert _leftovers(tmp_path, out.name) == []
+
+
+@pytest.mark.parametrize("writer", WRITERS, ids=IDS)
+def test_existing_file_keeps_its_mode(writer: Writer, record: Path, expected: dict[str, bytes], tmp_path: Path) -> None:
+    out = tmp_path / "existing"
+    out.write_text("old\n")
+    out.chmod(0o640)
+    proc = run(writer.args(out, record), umask=0o077)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert out.read_bytes() == expected[writer.name]
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
+    assert _leftovers(tmp_path, out.name) == []
+
+
+@pytest.mark.parametrize("writer", WRITERS, ids=IDS)
+def test_symlink_is_followed_to_the_real_file(
+    writer: Writer, record: Path, expected: dict[str, bytes], tmp_path: Path
+) -> None:
+    real_dir = tmp_path / "real"
+    real_dir.mkdir()
+    target = real_dir / "target"
+    target.write_text("old\n")
+    link = tmp_path / "link"
+    link.symlink_to(Path("real") / "target")  # relative, as users make them
+    proc = run(writer.args(link, record))
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert link.is_symlink() and os.readlink(link) == str(Path("real") / "target")
+    assert target.read_bytes() == expected[writer.name]
+    assert _leftovers(real_dir, "target") == []  # the temporary file was made beside the target
+    assert _leftovers(tmp_path, "real", "link") == []
+
+
+@pytest.mark.parametrize("writer", WRITERS, ids=IDS)
+def test_dangling_symlink_creates_its_target(
+    writer: Writer, record: Path, expected: dict[str, bytes], tmp_path: Path
+) -> None:
+    link = tmp_path / "link"
+    link.symlink_to("made-by-placer")
+    proc = run(writer.args(link, record))
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert link.is_symlink()
+    assert (tmp_path / "made-by-placer").read_bytes() == expected[writer.name]
+
+
+@pytest.mark.parametrize("writer", WRITERS, ids=IDS)
+def test_fifo_is_written_through(writer: Writer, record: Path, expected: dict[str, bytes], tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+
+    def reader() -> None:
+        with open(fifo, "rb") as fh:
+            got.append(fh.read())
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    try:
+        proc = run(writer.args(fifo, record), timeout=120)
+    finally:
+        if thread.is_alive():  # unblock the reader if placer never opened the FIFO
+            with open(fifo, "wb"):
+                pass
+        thread.join(timeout=30)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert got == [expected[writer.name]]
+
+
+@pytest.mark.parametrize("writer", WRITERS, ids=IDS)
+def test_character_device_is_written_through(writer: Writer, record: Path, tmp_path: Path) -> None:
+    """A private /dev/null (mknod c 1 3): placer once replaced /dev/null itself with a regular file."""
+    null = tmp_path / "null"
+    try:
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("mknod needs CAP_MKNOD")
+    proc = run(writer.args(null, record))
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert stat.S_ISCHR(null.lstat().st_mode)
+    assert _leftovers(tmp_path, "null") == []
+
+
+@pytest.mark.parametrize("writer", WRITERS, ids=IDS)
+def test_symlink_to_stdout_is_written_through(
+    writer: Writer, record: Path, expected: dict[str, bytes], tmp_path: Path
+) -> None:
+    """``-o /dev/stdout`` (here a link to it, so that no test can ever replace the real /dev/stdout)."""
+    link = tmp_path / "stdout"
+    link.symlink_to("/dev/stdout")
+    proc = run(writer.args(link, record))
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert link.is_symlink()
+    assert expected[writer.name] in proc.stdout
+    assert _leftovers(tmp_path, "stdout") == []
+
+
+@pytest.mark.parametrize("writer", WRITERS, ids=IDS)
+def test_dash_means_stdout(writer: Writer, record: Path, expected: dict[str, bytes], tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [*placer_cmd(), *map(str, writer.args(Path("-"), record))],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        timeout=120,
+    )
+    assert b"Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no file named '-'
+    if writer.stdout_free:
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert proc.stdout == expected[writer.name]
+    else:
+        assert proc.returncode == 2, proc.stderr.decode()
+        assert proc.stdout == b""
+        assert b"'-' means stdout, which already carries" in proc.stderr
+
+
+UNWRITABLE = {
+    "directory": (lambda t: t, "is a directory"),
+    "empty path": (lambda t: Path(""), "cannot write"),
+    "under /proc": (lambda t: Path("/proc/placer-cannot-write-here.yaml"), "cannot write"),
+    "under a regular file": (lambda t: t / "file" / "out.yaml", "cannot write"),
+    "missing directory": (lambda t: t / "no-such-dir" / "out.yaml", "cannot write"),
+}
+
+
+@pytest.mark.parametrize("writer", WRITERS, ids=IDS)
+@pytest.mark.parametrize("case", list(UNWRITABLE))
+def test_unwritable_target_is_bad_input(writer: Writer, case: str, record: Path, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("untouched\n")
+    make, fragment = UNWRITABLE[case]
+    out = make(tmp_path)
+    proc = run(writer.args(out, record))
+    assert b"Traceback" not in proc.stderr
+    assert proc.returncode == 2, proc.stderr.decode()
+    assert proc.stdout == b""
+    assert fragment.encode() in proc.stderr, proc.stderr.decode()
+    assert (tmp_path / "file").read_text() == "untouched\n"
+    assert _leftovers(tmp_path, "file") == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+@pytest.mark.parametrize("writer", WRITERS, ids=IDS)
+def test_read_only_directory_is_bad_input(writer: Writer, record: Path, tmp_path: Path) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        proc = run(writer.args(ro / "out", record))
+    finally:
+        ro.chmod(0o755)
+    assert proc.returncode == 2, proc.stderr.decode()
+    assert b"cannot write" in proc.stderr and b"Permission denied" in proc.stderr
+    assert list(ro.iterdir()) == []
+
+
+@pytest.mark.parametrize("writer", [w for w in WRITERS if w.name != "cluster generate -o"], ids=IDS[:2] + IDS[3:])
+@pytest.mark.parametrize("via", ["same path", "symlink", "hard link"])
+def test_input_file_given_as_output_is_refused(writer: Writer, via: str, record: Path, tmp_path: Path) -> None:
+    # Copy the inputs, so that a failure of this test cannot damage the fixtures.
+    copies = {}
+    for path in writer.inputs(record):
+        copy = tmp_path / path.name
+        copy.write_bytes(path.read_bytes())
+        copies[path] = copy
+    victim_src = writer.inputs(record)[0]
+    victim = copies[victim_src]
+    before = victim.read_bytes()
+    out = {"same path": victim, "symlink": tmp_path / "alias", "hard link": tmp_path / "hard"}[via]
+    if via == "symlink":
+        out.symlink_to(victim.name)
+    elif via == "hard link":
+        os.link(victim, out)
+    args = [copies.get(a, a) if isinstance(a, Path) else a for a in writer.args(out, record)]
+    args = [copies.get(Path(a), a) if isinstance(a, str) and Path(a) in copies else a for a in args]
+    proc = run(args)
+    assert b"Traceback" not in proc.stderr
+    assert proc.returncode == 2, proc.stderr.decode()
+    assert proc.stdout == b""
+    assert b"is also an input of this run" in proc.stderr, proc.stderr.decode()
+    assert victim.read_bytes() == before
+
+
+def test_schema_write_matrix(tmp_path: Path) -> None:
+    """``schema --write DIR``: new files honour the umask, a symlinked schema file is followed, a FIFO written
+    through, an existing file keeps its mode, and a regular file given as DIR is bad input."""
+    reference = tmp_path / "ref"
+    assert run(["schema", "--write", reference]).returncode == 0
+    names = sorted(p.name for p in reference.iterdir())
+    assert names == ["cluster.schema.json", "placement.schema.json", "servingtopology.schema.json"]
+    out = tmp_path / "out"
+    out.mkdir()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text("old\n")
+    (out / "cluster.schema.json").symlink_to(elsewhere)
+    (out / "placement.schema.json").write_text("old\n")
+    (out / "placement.schema.json").chmod(0o600)
+    os.mkfifo(out / "servingtopology.schema.json")
+    got: list[bytes] = []
+    thread = threading.Thread(
+        target=lambda: got.append((out / "servingtopology.schema.json").read_bytes()), daemon=True
+    )
+    thread.start()
+    proc = run(["schema", "--write", out], umask=0o002)
+    thread.join(timeout=30)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert (out / "cluster.schema.json").is_symlink()
+    assert elsewhere.read_bytes() == (reference / "cluster.schema.json").read_bytes()
+    assert (out / "placement.schema.json").read_bytes() == (reference / "placement.schema.json").read_bytes()
+    assert stat.S_IMODE((out / "placement.schema.json").stat().st_mode) == 0o600
+    assert got == [(reference / "servingtopology.schema.json").read_bytes()]
+    assert stat.S_IMODE((reference / "cluster.schema.json").stat().st_mode) == 0o644
+    assert sorted(p.name for p in out.iterdir()) == names
+    proc = run(["schema", "--write", elsewhere])
+    assert proc.returncode == 2 and b"Traceback" not in proc.stderr, proc.stderr.decode()
+    assert elsewhere.read_bytes() == (reference / "cluster.schema.json").read_bytes()
+
+
+@pytest.mark.parametrize("writer", [WRITERS[0], WRITERS[3]], ids=[IDS[0], IDS[3]])
+def test_failed_run_writes_nothing(writer: Writer, record: Path, tmp_path: Path) -> None:
+    """Bad input (a spec or node file that does not parse): the existing output is untouched, none is created."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: [\n")
+    existing = tmp_path / "existing"
+    existing.write_text("old\n")
+    for out in (existing, tmp_path / "new"):
+        args = [bad if a in (SPEC, NODES) else a for a in writer.args(out, record)]
+        proc = run(args)
+        assert proc.returncode == 2, proc.stderr.decode()
+    assert existing.read_text() == "old\n"
+    assert _leftovers(tmp_path, "bad.yaml", "existing") == []
+
+
+def test_infeasible_solve_writes_no_placement(tmp_path: Path) -> None:
+    spec = tmp_path / "big.yaml"
+    spec.write_text(SPEC.read_text().replace("instances: 1", "instances: 8"))
+    out = tmp_path / "placement.yaml"
+    proc = run(["solve", spec, CLUSTER, "--placement", out])
+    assert proc.returncode == 1, proc.stderr.decode()
+    assert proc.stdout == b""
+    assert _leftovers(tmp_path, "big.yaml") == []
+
+
+def _generate(seed: int, out: Path, gpus: int = 4096) -> list[str]:
+    return [*placer_cmd(), "cluster", "generate", "--gpus", str(gpus), "--seed", str(seed), "-o", str(out)]
+
+
+def test_two_concurrent_writers_leave_one_whole_file(tmp_path: Path) -> None:
+    texts = {}
+    for seed in (1, 2):
+        proc = run(["cluster", "generate", "--gpus", "4096", "--seed", str(seed)])
+        texts[seed] = proc.stdout
+    out = tmp_path / "cluster.yaml"
+    for _ in range(3):
+        procs = [
+            subprocess.Popen(_generate(seed, out), cwd=ROOT, env=_env(), stderr=subprocess.PIPE) for seed in (1, 2)
+        ]
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err.decode()
+        assert out.read_bytes() in (texts[1], texts[2])
+        assert _leftovers(tmp_path, "cluster.yaml") == []
+
+
+def test_kill_9_mid_write_never_leaves_a_torn_file(tmp_path: Path) -> None:
+    new = run(["cluster", "generate", "--gpus", "40000", "--seed", "5"]).stdout
+    out = tmp_path / "cluster.yaml"
+    out.write_bytes(b"old: whole\n")
+    outcomes = set()
+    for delay in (0.3, 0.6, 0.9, 1.2, 1.5, 2.0, 3.0):
+        proc = subprocess.Popen(_generate(5, out, 40000), cwd=ROOT, env=_env(), stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        content = out.read_bytes()
+        assert content in (b"old: whole\n", new), f"torn file after kill at {delay}s: {len(content)} bytes"
+        outcomes.add(content == new)
+        out.write_bytes(b"old: whole\n")
+        for leftover in tmp_path.glob(".cluster.yaml.*"):
+            leftover.unlink()  # a temporary file a killed process could not remove is allowed; a torn target is not
+    assert outcomes  # at least one run was observed
