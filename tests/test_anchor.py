@@ -16,30 +16,11 @@ from placer.solver.options import Budget, SolveOptions, Unplaceable
 from placer.solver.problem import build_problem
 from placer.solver.search import search
 from placer.topology.build import build_topology
-from tests.test_solver_properties import cluster_document
+from tests.test_decompose import rack_cluster
 
 
 @st.composite
 def cases(draw) -> tuple[dict, dict]:
-    nodes = []
-    for r in range(draw(st.integers(2, 4))):
-        for i in range(draw(st.integers(1, 3))):
-            count = draw(st.sampled_from([4, 8]))
-            node = {
-                "name": f"n{r}-{i}",
-                "rack": f"r{r}",
-                "gpus": {"count": count, "product": "H100", "memoryGiB": 80},
-                "busy": sorted(draw(st.sets(st.integers(0, count - 1), max_size=count - 1))),
-                "cpu": "32",
-                "memory": "256Gi",
-            }
-            if draw(st.booleans()):
-                node["metrics"] = {
-                    "queueDepth": draw(st.integers(0, 6)),
-                    "kvCacheHit": draw(st.sampled_from([0.0, 0.4])),
-                }
-            nodes.append(node)
-
     def pool(role: str) -> dict:
         return {
             "role": role,
@@ -62,7 +43,7 @@ def cases(draw) -> tuple[dict, dict]:
     }
     if replicas > 1 and draw(st.booleans()):
         spec["spread"] = {"level": draw(st.sampled_from(["node", "rack"]))}
-    return spec, cluster_document("racks", nodes, draw(st.sampled_from([1, 8])))
+    return spec, rack_cluster(draw)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])

@@ -88,7 +88,8 @@ def test_lower_bound_never_exceeds_the_domain_optimum():
     assert checked
 
 
-def _cluster(draw) -> dict:
+def rack_cluster(draw) -> dict:
+    """2-4 racks of 1-3 nodes of 4 or 8 GPUs, partly busy, some with telemetry (shared with test_anchor)."""
     nodes = []
     for r in range(draw(st.integers(2, 4))):
         for i in range(draw(st.integers(1, 3))):
@@ -142,7 +143,7 @@ def cases(draw) -> tuple[dict, dict]:
         }
     if replicas > 1 and draw(st.booleans()):
         spec["spread"] = {"level": draw(st.sampled_from(["node", "rack"]))}
-    return spec, _cluster(draw)
+    return spec, rack_cluster(draw)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
