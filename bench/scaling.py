@@ -4,7 +4,8 @@ Per (style, size): `placer cluster generate` as a fresh process (wall, CPU), the
 `placer solve` as a fresh process (bench/solve_once.py: load, build, solve, verify, emit manifests, write
 the record), reporting wall and CPU seconds, peak RSS, the 1-minute load average at its start, the outcome
 and what limited it ("work": the deterministic budget, the same on any machine; "clock": the wall guard),
-and where the time went: load, topology, problem, greedy, model build, search, verify, emit.
+and where the time went: load, topology, problem, solve (of which greedy, model build and search; an anchor
+search builds many models, counted in its search), verify, emit.
 
     python bench/scaling.py [--sizes 1000,10000,30000,100000] [--time-limit 10] [--out bench/SCALING.md]
 
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".cache"
 STYLES = ("dgx-h100", "gb200-nvl72")
 SPECS = ("llama-70b-disagg", "llama-70b-large")
-PARTS = ("load", "topology", "problem", "greedy", "build", "search", "verify", "emit")
+PARTS = ("load", "topology", "problem", "solve", "greedy", "build", "search", "verify", "emit")
 
 
 def _child_cpu() -> float:

@@ -11,6 +11,7 @@ answer; the greedy hint is permuted into the symmetry-breaking order so the solv
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from placer.model.errors import InfeasibleError
@@ -81,8 +82,10 @@ def _search(problem: Problem, options: SolveOptions, budget: Budget) -> Outcome:
     # the budget chooses each replica's anchor domain outside the model (placer.solver.anchor), which
     # finds better placements and a tighter bound where the one model's relaxation is weak; the answer is
     # the better placement, with the better of the two bounds.
+    t0 = time.perf_counter()
     start, work = greedy_counted(problem, budget.greedy_units())  # shared by both searches
     budget.spend_greedy(work)
+    t_greedy = time.perf_counter()
     try:
         whole: Outcome | None = search(problem, options, budget.child(ONE_MODEL_SHARE * budget.work_left), start)
     except Unplaceable as exc:
@@ -99,6 +102,8 @@ def _search(problem: Problem, options: SolveOptions, budget: Budget) -> Outcome:
         best, other = whole, by_anchor
     else:
         best, other = by_anchor, whole
+    # The time split of the whole: the greedy, then both searches (their model builds included).
+    best = replace(best, seconds={"greedy": t_greedy - t0, "search": time.perf_counter() - t_greedy})
     if other is not None and other.bound is not None and other.misses == best.misses and best.bound is not None:
         bound = max(best.bound, other.bound)
         return replace(best, bound=bound, proven=best.proven or bound >= best.cost)
