@@ -24,6 +24,9 @@ from placer.solver.problem import Problem
 from placer.solver.search import search
 
 ONE_MODEL_SHARE = 0.4  # of the work budget, for the one model before the anchor search (where it applies)
+# Past this many (replica, candidate) pairs the one model neither proves nor bounds better than the anchor
+# search, and at 100k GPUs it alone took ~300 MB (631 MB peak against 318 MB without it; bench/NOTES.md).
+ONE_MODEL_MAX_CANDIDATES = 10_000
 __all__ = ["SolveOptions", "solve"]  # SolveOptions lives in options; callers import both from here
 
 
@@ -78,20 +81,21 @@ def _search(problem: Problem, options: SolveOptions, budget: Budget) -> Outcome:
     anchor = anchor_of(problem)
     if anchor is None:
         return search(problem, options, budget)
-    # One model first: on smaller clusters it proves the optimum outright. Short of a proof, the rest of
-    # the budget chooses each replica's anchor domain outside the model (placer.solver.anchor), which
-    # finds better placements and a tighter bound where the one model's relaxation is weak; the answer is
-    # the better placement, with the better of the two bounds.
+    # One model first, where it is small enough to be worth it: on smaller clusters it proves the optimum
+    # outright. Short of a proof, the rest of the budget chooses each replica's anchor domain outside the
+    # model (placer.solver.anchor), which finds better placements and a tighter bound where the one model's
+    # relaxation is weak; the answer is the better placement, with the better of the two bounds.
     t0 = time.perf_counter()
     start, work = greedy_counted(problem, budget.greedy_units())  # shared by both searches
     budget.spend_greedy(work)
     t_greedy = time.perf_counter()
-    try:
-        whole: Outcome | None = search(problem, options, budget.child(ONE_MODEL_SHARE * budget.work_left), start)
-    except Unplaceable as exc:
-        if exc.proven:
-            raise
-        whole = None
+    whole: Outcome | None = None
+    if problem.replicas * sum(len(plan.candidates) for plan in problem.pools.values()) <= ONE_MODEL_MAX_CANDIDATES:
+        try:
+            whole = search(problem, options, budget.child(ONE_MODEL_SHARE * budget.work_left), start)
+        except Unplaceable as exc:
+            if exc.proven:
+                raise
     if whole is not None and whole.proven:
         return whole
     by_anchor = solve_by_anchor(problem, anchor, options, budget, start)
