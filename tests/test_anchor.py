@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from test_decompose import rack_cluster
 
 from placer.model.cluster import ClusterSpec
 from placer.model.errors import InputError
@@ -16,7 +17,6 @@ from placer.solver.options import Budget, SolveOptions, Unplaceable
 from placer.solver.problem import build_problem
 from placer.solver.search import search
 from placer.topology.build import build_topology
-from tests.test_decompose import rack_cluster
 
 
 @st.composite
@@ -43,10 +43,12 @@ def cases(draw) -> tuple[dict, dict]:
     }
     if replicas > 1 and draw(st.booleans()):
         spec["spread"] = {"level": draw(st.sampled_from(["node", "rack"]))}
+    if draw(st.booleans()):  # a KV transfer met under a rack or across racks: priced per anchor domain
+        spec["transfer"] = {"from": "prefill", "to": "decode", "maxLevel": "spine"}
     return spec, rack_cluster(draw)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(cases())
 def test_by_anchor_equals_one_model(case) -> None:
     spec_d, cluster_d = case

@@ -213,7 +213,56 @@ def _anchored_bound(problem: Problem, anchor: Anchor, i: int, k: int) -> Value |
         if got is None:
             return None
         total = _add(total, got)
+    link = _linked(problem, anchor)
+    if link is not None:
+        kv = _kv_term(problem, anchor, link, d)
+        if kv is None:
+            return None
+        total = _add(total, (0, k * kv))
     return total
+
+
+def _linked(problem: Problem, anchor: Anchor):
+    """The one other replica-level rule (the KV transfer) that ties the anchored pools to further pools, if
+    its bound can be taken per anchor domain; None otherwise (then its cheapest container is in the rest)."""
+    others = [c for c in problem.colocations if c.name != anchor.colocation]
+    if len(others) != 1 or not set(anchor.pools) < set(others[0].pools):
+        return None
+    return others[0]
+
+
+def _kv_term(problem: Problem, anchor: Anchor, link, d: str) -> int | None:
+    """One replica's transfer cost with its anchored pools in ``d``, plus what keeping the linked pools in
+    ``d`` costs above their share of the rest bound.
+
+    The transfer container holds the anchored pools, so it lies inside ``d`` (then so do the linked pools:
+    they pay at least their cheapest inside ``d``) or contains ``d`` (the linked pools may go anywhere). The
+    rest bound already counts the linked pools of all replicas at their cheapest together; a replica whose
+    linked pools sit inside ``d`` pays, beyond that, at least ``inside - top``, where ``top`` is what the
+    dearest replica's share of that joint bound costs. So each replica pays at least
+    min(inner container + inside - top, outer container)."""
+    topo = problem.topology
+    inner = [c.units for c in link.containers if topo.contains(d, c.domain)]
+    outer = [c.units for c in link.containers if c.domain != d and topo.contains(c.domain, d)]
+    options = []
+    if outer:
+        options.append(min(outer))
+    if inner:
+        extra: int | None = 0
+        for name in link.pools:
+            if name in anchor.pools:
+                continue
+            plan = problem.pools[name]
+            inside = _cheapest(problem, plan, d, plan.instances)
+            whole = _cheapest(problem, plan, None, problem.replicas * plan.instances)
+            fewer = _cheapest(problem, plan, None, (problem.replicas - 1) * plan.instances)
+            if inside is None or whole is None or fewer is None:
+                extra = None
+                break
+            extra = (extra or 0) + inside[1] - (whole[1] - fewer[1])
+        if extra is not None:
+            options.append(min(inner) + extra)
+    return min(options) if options else None
 
 
 def _rest_bound(problem: Problem, anchor: Anchor) -> Value | None:
@@ -226,7 +275,8 @@ def _rest_bound(problem: Problem, anchor: Anchor) -> Value | None:
         if got is None:
             return None
         total = _add(total, got)
-    kv = sum(min((c.units for c in coloc.containers), default=0) for coloc in problem.colocations)
+    link = _linked(problem, anchor)
+    kv = sum(min((c.units for c in coloc.containers), default=0) for coloc in problem.colocations if coloc is not link)
     return _add(total, (0, problem.replicas * kv))
 
 
