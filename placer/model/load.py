@@ -147,14 +147,22 @@ def _check_depth(text: str, source: str) -> None:
     """Refuse nesting deeper than MAX_DEPTH from the event stream (libyaml's parser keeps its own stack),
     before the composer recurses into it: 25,000 flow brackets crashed it."""
     depth = 0
-    for event in yaml.parse(text, Loader=_Loader):
-        if isinstance(event, _OPEN):
-            depth += 1
-            if depth > MAX_DEPTH:
-                line = f":{event.start_mark.line + 1}" if event.start_mark is not None else ""
-                raise InputError(f"{source}{line}: YAML nested more than {MAX_DEPTH} levels deep")
-        elif isinstance(event, _CLOSE):
-            depth -= 1
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, _OPEN):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    line = f":{event.start_mark.line + 1}" if event.start_mark is not None else ""
+                    raise InputError(f"{source}{line}: YAML nested more than {MAX_DEPTH} levels deep")
+            elif isinstance(event, _CLOSE):
+                depth -= 1
+    except yaml.MarkedYAMLError as exc:
+        # libyaml from PyYAML 6.0.4 on has a nesting limit of its own, met while scanning ahead of the
+        # events above: the same refusal, said the same way whichever limit comes first.
+        if "nesting depth" not in str(exc.problem):
+            raise
+        line = f":{exc.problem_mark.line + 1}" if exc.problem_mark is not None else ""
+        raise InputError(f"{source}{line}: YAML nested more than {MAX_DEPTH} levels deep") from None
 
 
 def _tag_name(tag: str) -> str:
