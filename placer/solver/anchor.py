@@ -126,14 +126,14 @@ def solve_by_anchor(
             continue
         for k in range(0, min(left, anchor.cap[j]) + 1):
             step = per_domain[j][k]
-            after = suffix[j + 1][left - k] if j + 1 < len(anchor.domains) else ((0, 0) if left == k else None)
+            after = suffix[j + 1][left - k]
             if step is None or after is None:
                 continue
             seq += 1
             nxt = _add(partial, step)
             heapq.heappush(heap, (_add(rest, _add(nxt, after)), seq, j + 1, left - k, nxt, (*counts, k)))
-    if not heap and not proven:
-        proven = True  # every assignment was solved (or none remains that could hold the replicas)
+    if not heap and not proven and open_bound is None:
+        proven = True  # every assignment was solved to the end (or none remains that could hold the replicas)
     if options.log:
         options.log(f"[by anchor] {solved} fixed-{anchor.colocation} model(s) over {len(anchor.domains)} domains")
     if budget.clock_cut:

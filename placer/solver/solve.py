@@ -108,10 +108,13 @@ def _search(problem: Problem, options: SolveOptions, budget: Budget) -> Outcome:
         best, other = by_anchor, whole
     # The time split of the whole: the greedy, then both searches (their model builds included).
     best = replace(best, seconds={"greedy": t_greedy - t0, "search": time.perf_counter() - t_greedy})
-    if other is not None and other.bound is not None and other.misses == best.misses and best.bound is not None:
-        bound = max(best.bound, other.bound)
-        return replace(best, bound=bound, proven=best.proven or bound >= best.cost)
-    return best
+    # Each search's bound is a bound on the same optimum when it holds at the same misses: keep the better.
+    bounds = [best.bound] + ([other.bound] if other is not None and other.misses == best.misses else [])
+    known = [b for b in bounds if b is not None]
+    if not known:
+        return best
+    bound = max(known)
+    return replace(best, bound=bound, proven=best.proven or bound >= best.cost)
 
 
 def _infeasible(problem: Problem, proven: bool, time_limit_s: float = 20.0) -> InfeasibleError:
