@@ -85,8 +85,11 @@ def solve_by_anchor(
     rest = _rest_bound(problem, anchor)
     if rest is None:
         return None
+    link = _linked(problem, anchor)
+    tops = _tops(problem, anchor, link)
+    kv = [0 if link is None else _kv_term(problem, anchor, link, d, tops) for d in anchor.domains]
     per_domain = [
-        [_anchored_bound(problem, anchor, i, k) for k in range(problem.replicas + 1)]
+        [_anchored_bound(problem, anchor, i, k, kv[i]) for k in range(problem.replicas + 1)]
         for i in range(len(anchor.domains))
     ]
     suffix = _suffix(per_domain, anchor, problem.replicas)
@@ -196,15 +199,16 @@ def _cheapest(problem: Problem, plan: PoolPlan, inside: str | None, count: int) 
     return None if count else (misses, cost)
 
 
-def _anchored_bound(problem: Problem, anchor: Anchor, i: int, k: int) -> Value | None:
-    """The anchored pools of ``k`` replicas inside domain ``i``, and a router node there for each."""
+def _anchored_bound(problem: Problem, anchor: Anchor, i: int, k: int, kv: int | None) -> Value | None:
+    """The anchored pools of ``k`` replicas inside domain ``i``, a router node there for each, and each
+    replica's transfer term ``kv`` (None: no transfer container can hold them there)."""
     if k == 0:
         return 0, 0
-    if k > anchor.cap[i]:
+    if k > anchor.cap[i] or kv is None:
         return None
     d = anchor.domains[i]
     topo = problem.topology
-    if problem.has_router and sum(1 for n in problem.router_nodes if topo.contains(d, topo.node_domain[n])) < 1:
+    if problem.has_router and not any(topo.contains(d, topo.node_domain[n]) for n in problem.router_nodes):
         return None
     total: Value = (0, 0)
     for name in anchor.pools:
@@ -213,13 +217,7 @@ def _anchored_bound(problem: Problem, anchor: Anchor, i: int, k: int) -> Value |
         if got is None:
             return None
         total = _add(total, got)
-    link = _linked(problem, anchor)
-    if link is not None:
-        kv = _kv_term(problem, anchor, link, d)
-        if kv is None:
-            return None
-        total = _add(total, (0, k * kv))
-    return total
+    return _add(total, (0, k * kv))
 
 
 def _linked(problem: Problem, anchor: Anchor):
@@ -231,7 +229,20 @@ def _linked(problem: Problem, anchor: Anchor):
     return others[0]
 
 
-def _kv_term(problem: Problem, anchor: Anchor, link, d: str) -> int | None:
+def _tops(problem: Problem, anchor: Anchor, link) -> dict[str, int | None]:
+    """Per linked pool, what the dearest replica's share of the rest bound costs (None: they do not fit)."""
+    out: dict[str, int | None] = {}
+    for name in [] if link is None else link.pools:
+        if name in anchor.pools:
+            continue
+        plan = problem.pools[name]
+        whole = _cheapest(problem, plan, None, problem.replicas * plan.instances)
+        fewer = _cheapest(problem, plan, None, (problem.replicas - 1) * plan.instances)
+        out[name] = None if whole is None or fewer is None else whole[1] - fewer[1]
+    return out
+
+
+def _kv_term(problem: Problem, anchor: Anchor, link, d: str, tops: dict[str, int | None]) -> int | None:
     """One replica's transfer cost with its anchored pools in ``d``, plus what keeping the linked pools in
     ``d`` costs above their share of the rest bound.
 
@@ -249,17 +260,12 @@ def _kv_term(problem: Problem, anchor: Anchor, link, d: str) -> int | None:
         options.append(min(outer))
     if inner:
         extra: int | None = 0
-        for name in link.pools:
-            if name in anchor.pools:
-                continue
-            plan = problem.pools[name]
-            inside = _cheapest(problem, plan, d, plan.instances)
-            whole = _cheapest(problem, plan, None, problem.replicas * plan.instances)
-            fewer = _cheapest(problem, plan, None, (problem.replicas - 1) * plan.instances)
-            if inside is None or whole is None or fewer is None:
+        for name, top in tops.items():
+            inside = _cheapest(problem, problem.pools[name], d, problem.pools[name].instances)
+            if inside is None or top is None:
                 extra = None
                 break
-            extra = (extra or 0) + inside[1] - (whole[1] - fewer[1])
+            extra = (extra or 0) + inside[1] - top
         if extra is not None:
             options.append(min(inner) + extra)
     return min(options) if options else None

@@ -283,13 +283,26 @@ def engine_pod(
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": pod_name(ctx.spec, rep.index, inst, j),
-            "namespace": ctx.namespace,
-            "labels": instance_labels(ctx.spec, rep.index, inst) | (extra_labels or {}),
-            "annotations": pod_annotations(ctx, rep.index, inst, pod) | (extra_annotations or {}),
-        },
+        "metadata": engine_pod_metadata(ctx, rep, inst, j, extra_labels, extra_annotations),
         "spec": pod_spec(ctx, container, [hostname(ctx.topo, pod.node)], scheduler),
+    }
+
+
+def engine_pod_metadata(
+    ctx: Context,
+    rep: ReplicaPlacement,
+    inst: InstancePlacement,
+    j: int,
+    extra_labels: dict[str, str] | None = None,
+    extra_annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Name, namespace, labels and annotations of an engine pod: what read-back and explain rely on, the
+    same for every target that prints bare pods."""
+    return {
+        "name": pod_name(ctx.spec, rep.index, inst, j),
+        "namespace": ctx.namespace,
+        "labels": instance_labels(ctx.spec, rep.index, inst) | (extra_labels or {}),
+        "annotations": pod_annotations(ctx, rep.index, inst, inst.pods[j]) | (extra_annotations or {}),
     }
 
 

@@ -29,9 +29,9 @@ from placer.emit.targets.common import (
     Context,
     dns_label,
     engine_container,
+    engine_pod_metadata,
     hostname,
     instance_labels,
-    pod_annotations,
     pod_name,
     pod_spec,
 )
@@ -143,16 +143,10 @@ def claimed_pod(
     spec["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": template["metadata"]["name"]}]
     if channel:
         spec["resourceClaims"].append({"name": CHANNEL, "resourceClaimTemplateName": channel})
-    group = ctx.gang_name(rep.index)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": pod_name(ctx.spec, rep.index, inst, j),
-            "namespace": ctx.namespace,
-            "labels": instance_labels(ctx.spec, rep.index, inst) | {GROUP_LABEL: group},
-            "annotations": pod_annotations(ctx, rep.index, inst, pod),
-        },
+        "metadata": engine_pod_metadata(ctx, rep, inst, j, {GROUP_LABEL: ctx.gang_name(rep.index)}),
         "spec": spec,
     }
 
