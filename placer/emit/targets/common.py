@@ -25,6 +25,12 @@ from placer.model.spec import ServingTopology
 from placer.topology.graph import Topology
 
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+# Environment every engine container gets, for engine flags to reference as $(NAME): the pod's rank inside
+# its instance (0 = the leader, which serves the HTTP API), the instance's pod count, and the leader's DNS
+# name (multi-node instances only), which the distributed runtime rendezvous at.
+RANK_ENV = "PLACER_POD_RANK"
+PODS_ENV = "PLACER_INSTANCE_PODS"
+LEADER_ENV = "PLACER_LEADER_ADDRESS"
 GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME = "kubernetes.io/hostname"
 # Node label per placer level when neither spec.scheduling.topologyLabels nor the cluster file's
@@ -65,6 +71,23 @@ class Context:
     @cached_property
     def kv(self) -> dict[int, Any]:
         return {c.replica: c for c in self.report.replicas}
+
+    def pool_hosts(self, replica: int, pool: str) -> list[str]:
+        """DNS names of the pods serving ``pool``'s API in ``replica`` (one leader per instance, by instance
+        index): what the router is told. How pods are named depends on the controller, so targets whose
+        controller is not a StatefulSet per pod replace ``hosts``."""
+        rep = next(r for r in self.placement.replicas if r.index == replica)
+        return [self.leader_host(replica, i) for i in rep.instances if i.pool == pool]
+
+    def leader_host(self, replica: int, inst: InstancePlacement) -> str:
+        """DNS name of an instance's leader pod (rank 0)."""
+        return self.hosts(self, replica, inst)
+
+    hosts: Any = None  # (ctx, replica, inst) -> leader DNS name; set in __post_init__, targets may replace it
+
+    def __post_init__(self) -> None:
+        if self.hosts is None:
+            self.hosts = statefulset_leader_host
 
     def scheduler(self, target_default: str | None) -> str | None:
         """The spec's schedulerName when the user gave one, else the target's scheduler."""
@@ -326,6 +349,18 @@ def anti_affinity(ctx: Context, replica: int, inst: InstancePlacement) -> dict[s
     }
     term = {"labelSelector": {"matchLabels": match}, "topologyKey": HOSTNAME}
     return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def pool_service_name(ctx: Context, replica: int, pool: str) -> str:
+    """The headless Service in front of a pool's pods in one replica (DNS-1035, as Services need)."""
+    return dns_label(f"{ctx.gang_name(replica)}-{pool}", "Service name")
+
+
+def statefulset_leader_host(ctx: Context, replica: int, inst: InstancePlacement) -> str:
+    """Leader DNS name when each placed pod is a StatefulSet of one (named as the pod it replaces) whose
+    governing Service is the pool's headless Service: ``<statefulset>-0.<service>.<namespace>.svc``."""
+    sts = pod_name(ctx.spec, replica, inst, 0)
+    return f"{sts}-0.{pool_service_name(ctx, replica, inst.pool)}.{ctx.namespace}.svc"
 
 
 def replica_pods(rep: ReplicaPlacement) -> int:
