@@ -38,6 +38,17 @@ def test_every_document_validates(solved):
     assert_accepted(docs)
 
 
+def engine_pods(docs: list[dict]) -> list[dict]:
+    """The engine pods the cluster runs: each StatefulSet's template, once per replica (every engine is one)."""
+    out = []
+    for d in docs:
+        if d["kind"] == "StatefulSet":
+            t = d["spec"]["template"]
+            out += [{"metadata": t["metadata"], "spec": t["spec"]}] * d["spec"]["replicas"]
+        assert d["kind"] != "Pod", "an engine must run under a controller"
+    return out
+
+
 def _matches(term: dict, labels: dict[str, str]) -> bool:
     for expr in term["matchExpressions"]:
         assert expr["operator"] == "In"
@@ -54,7 +65,7 @@ def test_affinity_admits_exactly_the_chosen_node(solved):
         for inst in rep.instances:
             for j, pod in enumerate(inst.pods):
                 chosen[(rep.index, inst.pool, inst.index, j)] = pod
-    pods = [d for d in solved.manifests if d["kind"] == "Pod"]
+    pods = engine_pods(solved.manifests)
     assert len(pods) == len(chosen)
     for doc in pods:
         labels = doc["metadata"]["labels"]
@@ -77,7 +88,7 @@ def test_affinity_admits_exactly_the_chosen_node(solved):
 def test_gang_covers_every_pod(solved):
     groups = {d["metadata"]["name"]: d["spec"]["minMember"] for d in solved.manifests if d["kind"] == "PodGroup"}
     members = Counter(
-        d["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] for d in solved.manifests if d["kind"] == "Pod"
+        d["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] for d in engine_pods(solved.manifests)
     )
     assert groups == dict(members)
     assert len(groups) == len(solved.placement.replicas)
@@ -104,8 +115,8 @@ def test_spec_values_cannot_inject_documents(tmp_path):
     result = run_solve(path, Path("fixtures/clusters/small-mixed.yaml"), SolveOptions(time_limit_s=10))
     docs = list(yaml.safe_load_all(result.yaml()))
     assert "Secret" not in {d["kind"] for d in docs}
-    pods = [d for d in docs if d["kind"] == "Pod"]
-    assert all(p["spec"]["containers"][0]["args"] == [evil] for p in pods)
+    pods = engine_pods(docs)
+    assert pods and all(p["spec"]["containers"][0]["args"] == [evil] for p in pods)
 
 
 def test_default_target_is_coscheduling_without_nccl(solved):
@@ -114,6 +125,6 @@ def test_default_target_is_coscheduling_without_nccl(solved):
 
     explicit = build_manifests(solved.spec, solved.topology, solved.placement, solved.report, target="coscheduling")
     assert solved.manifests == explicit
-    env = {e["name"] for d in explicit if d["kind"] == "Pod" for e in d["spec"]["containers"][0]["env"]}
+    env = {e["name"] for d in engine_pods(explicit) for e in d["spec"]["containers"][0]["env"]}
     assert not any(n.startswith(("NCCL_", "CUDA_")) for n in env)
     assert not any("placer.dev/nccl" in d["metadata"].get("annotations", {}) for d in explicit)

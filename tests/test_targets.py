@@ -110,12 +110,16 @@ def units(docs: list[dict]) -> list[Unit]:
         meta = d["metadata"]
         if d["kind"] == "Pod":
             out.append(Unit(1, meta["labels"], meta.get("annotations", {}), d["spec"], d))
-        elif d["kind"] == "Deployment":
+        elif d["kind"] in ("Deployment", "StatefulSet"):
             t = d["spec"]["template"]
-            out.append(Unit(d["spec"]["replicas"], t["metadata"]["labels"], {}, t["spec"], d))
+            notes = t["metadata"].get("annotations", {})
+            out.append(Unit(d["spec"]["replicas"], t["metadata"]["labels"], notes, t["spec"], d))
         elif d["kind"] == "LeaderWorkerSet":
-            lwt = d["spec"]["leaderWorkerTemplate"]
-            for t, n in ((lwt["leaderTemplate"], 1), (lwt["workerTemplate"], lwt["size"] - 1)):
+            lwt = d["spec"]["leaderWorkerTemplate"]  # no leaderTemplate: the leader is made from the worker's
+            made = [(lwt["workerTemplate"], lwt["size"])]
+            if "leaderTemplate" in lwt:
+                made = [(lwt["leaderTemplate"], 1), (lwt["workerTemplate"], lwt["size"] - 1)]
+            for t, n in made:
                 out.append(Unit(n, t["metadata"]["labels"], t["metadata"]["annotations"], t["spec"], d))
         elif d["kind"] == "PodCliqueSet":
             for c in d["spec"]["template"]["cliques"]:
@@ -225,9 +229,18 @@ def test_referenced_names_exist(solved):
         }
         for svc in (d for d in built if d["kind"] == "Service"):
             sel = svc["spec"]["selector"].items()
-            assert sum(u.count for u in routers if sel <= u.labels.items()) == 1, target
+            if svc["metadata"]["labels"]["app.kubernetes.io/component"] == "router":
+                assert sum(u.count for u in routers if sel <= u.labels.items()) == 1, target
+            else:  # a pool's headless Service selects exactly that pool's pods of that replica
+                pool = svc["metadata"]["labels"]["placer.dev/pool"]
+                replica = svc["metadata"]["labels"]["placer.dev/replica"]
+                selected = [u for u in units(built) if sel <= u.labels.items()]
+                assert selected and all(
+                    u.labels["placer.dev/pool"] == pool and u.labels["placer.dev/replica"] == replica for u in selected
+                ), target
         for d in built:
-            for claim in d["spec"].get("resourceClaims", []) if d["kind"] == "Pod" else []:
+            pod_spec = d["spec"]["template"]["spec"] if d["kind"] == "StatefulSet" else d["spec"]
+            for claim in pod_spec.get("resourceClaims", []) if d["kind"] in ("Pod", "StatefulSet") else []:
                 assert ("ResourceClaimTemplate", claim["resourceClaimTemplateName"]) in names or (
                     claim["resourceClaimTemplateName"] in channels  # made by the ComputeDomain's controller
                 )
@@ -353,18 +366,20 @@ def test_foreign_or_broken_manifests_name_the_file_and_what_is_missing(multinode
     cos, kueue, grove, lws, disagg = (multinode[t] for t in ("coscheduling", "kueue", "grove", "lws", "disagg"))
     m = str(tmp_path / "m.yaml")
     foreign = [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {}}]
-    with pytest.raises(InputError, match=rf"^{m}: no PodGroup, PodCliqueSet or Pod carries the placer.dev/spec"):
+    with pytest.raises(InputError, match=rf"^{m}: no PodGroup, PodCliqueSet, StatefulSet or Pod carries the placer.dev/spec"):
         _read(tmp_path, foreign)
     with pytest.raises(InputError, match=r"not manifests placer emitted"):  # the pod that carries the spec is gone
         _read(tmp_path, [d for d in kueue if "placer.dev/spec" not in d["metadata"].get("annotations", {})])
     with pytest.raises(InputError, match=r"replica 0 has decode instances \[0, 2, 3\]; the spec places 4 \(0-3\)"):
         _read(tmp_path, [d for d in disagg if not _is_instance(d, "decode", "1")])
     with pytest.raises(InputError, match=r"the gang is there but not its pods"):
-        _read(tmp_path, [d for d in cos if d["kind"] != "Pod"])
+        _read(tmp_path, [d for d in cos if d["kind"] != "StatefulSet"])
     bare = json.loads(json.dumps(cos))
-    pod = next(d for d in bare if d["kind"] == "Pod")
+    pod = next(d for d in bare if d["kind"] == "StatefulSet")
     del pod["metadata"]["annotations"]["placer.dev/instance-gpus"]
-    with pytest.raises(InputError, match=rf"Pod '{pod['metadata']['name']}': no placer.dev/instance-gpus annotation"):
+    with pytest.raises(
+        InputError, match=rf"StatefulSet '{pod['metadata']['name']}': no placer.dev/instance-gpus annotation"
+    ):
         _read(tmp_path, bare)
     with pytest.raises(InputError, match=r"replica 0 has no router object with a placer.dev/node annotation"):
         _read(tmp_path, _drop(disagg, "Deployment"))

@@ -167,8 +167,8 @@ def test_nccl_is_off_by_default_only_for_coscheduling(agg_small):
         t: {
             e["name"]
             for d in build_manifests(spec, SMALL_TOPO, placement, report, target=t)
-            if d["kind"] == "Pod"
-            for e in d["spec"]["containers"][0]["env"]
+            if d["kind"] == "StatefulSet"
+            for e in d["spec"]["template"]["spec"]["containers"][0]["env"]
         }
         for t in ("coscheduling", "kai")
     }
@@ -198,7 +198,7 @@ def test_cli_target_namespace_and_json():
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["kind"] == "List" and {d["metadata"]["namespace"] for d in doc["items"]} == {"prod"}
-    assert {d["kind"] for d in doc["items"]} == {"PodGroup", "Pod", "Deployment", "Service"}
+    assert {d["kind"] for d in doc["items"]} == {"PodGroup", "StatefulSet", "Deployment", "Service"}
     spec = json.loads(doc["items"][0]["metadata"]["annotations"]["placer.dev/spec"])
     assert spec["metadata"]["namespace"] == "prod"
 

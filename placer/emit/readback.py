@@ -132,8 +132,8 @@ def _json_annotation(path: Path, doc: dict[str, Any], key: str) -> Any:
 # PodCliqueSet, or the first Pod of a Kueue pod group); an instance's GPUs on the objects that make its pods
 # (placer.dev/instance-gpus on Pods, LeaderWorkerSets and Grove cliques; a Grove clique of single-node
 # instances lists them in placer.dev/instances); the router's node on its Deployment or Grove clique.
-SPEC_CARRIERS = ("PodGroup", "PodCliqueSet", "Pod", "DynamoGraphDeployment")
-ENGINE_KINDS = ("Pod", "LeaderWorkerSet", "PodClique", "DynamoComponent")
+SPEC_CARRIERS = ("PodGroup", "PodCliqueSet", "Pod", "StatefulSet", "DynamoGraphDeployment")
+ENGINE_KINDS = ("Pod", "StatefulSet", "LeaderWorkerSet", "PodClique", "DynamoComponent")
 ROUTER_KINDS = ("Deployment", "PodClique", "DynamoComponent")
 
 
@@ -175,8 +175,8 @@ def _from_manifests(path: Path, docs: list[dict[str, Any]]) -> Placed:
     carriers = [d for d in docs if d.get("kind") in SPEC_CARRIERS and _annotation(d, SPEC_ANNOTATION)]
     if not carriers:
         raise InputError(
-            f"{path}: no PodGroup, PodCliqueSet or Pod carries the {SPEC_ANNOTATION} annotation placer writes on "
-            "each replica's gang: these are not manifests placer emitted"
+            f"{path}: no PodGroup, PodCliqueSet, StatefulSet or Pod carries the {SPEC_ANNOTATION} annotation placer "
+            "writes on each replica's gang: these are not manifests placer emitted"
         )
     if len({_annotation(d, SPEC_ANNOTATION) for d in carriers}) > 1:
         raise InputError(f"{path}: the objects carry different {SPEC_ANNOTATION} annotations: give one placement")
@@ -270,7 +270,7 @@ def _check_complete(
     """A replica is placed whole or not at all: manifests missing part of one are cut short, not a placement."""
     if not instances:
         raise InputError(
-            f"{path}: no Pod, LeaderWorkerSet or Grove clique of {spec.metadata.name!r} carries "
+            f"{path}: no StatefulSet, Pod, LeaderWorkerSet or Grove clique of {spec.metadata.name!r} carries "
             "placer.dev/instance-gpus: the gang is there but not its pods"
         )
     for replica in sorted({k[0] for k in instances}):

@@ -31,6 +31,7 @@ GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 RANK_ENV = "PLACER_POD_RANK"
 PODS_ENV = "PLACER_INSTANCE_PODS"
 LEADER_ENV = "PLACER_LEADER_ADDRESS"
+RANK_LABEL = "placer.dev/rank"  # a pod's rank in its instance, on pods a controller makes one per rank
 GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME = "kubernetes.io/hostname"
 # Node label per placer level when neither spec.scheduling.topologyLabels nor the cluster file's
@@ -252,20 +253,19 @@ def engine_container(
     ctx: Context,
     inst: InstancePlacement,
     gpus: int | None,
-    rank: int | None,
+    rank: int | str | None,
     claims: list[str] | None = None,
     settings: list[nccl.Setting] | None = None,
+    leader: str | None = None,
 ) -> dict[str, Any]:
     """The serving engine: the pool's template, ``gpus`` whole GPUs (or DRA ``claims``), placer's env
-    (``settings``: the NCCL values shared by several instances, when one template serves them all)."""
+    (``settings``: the NCCL values shared by several instances, when one template serves them all; ``rank``:
+    the pod's rank, or a pod label its controller sets; ``leader``: the leader's DNS name)."""
     t = ctx.spec.pools[inst.pool].template
     requests, limits = dict(t.resources.requests), dict(t.resources.limits)
     if gpus is not None:
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(gpus)
-    env = [{"name": e.name, "value": e.value} for e in t.env]
-    if rank is not None:
-        env.append({"name": "PLACER_POD_RANK", "value": str(rank)})
-    env.append({"name": "PLACER_INSTANCE_PODS", "value": str(len(inst.pods))})
+    env = [{"name": e.name, "value": e.value} for e in t.env] + placer_env(inst, rank, leader)
     if ctx.nccl:
         chosen = nccl.instance_settings(ctx.spec, ctx.topo, inst) if settings is None else settings
         env += [{"name": s.name, "value": s.value} for s in chosen]
@@ -282,6 +282,20 @@ def engine_container(
     if t.ports:
         container["ports"] = [{"name": p.name, "containerPort": p.container_port} for p in t.ports]
     return container
+
+
+def placer_env(inst: InstancePlacement, rank: int | str | None, leader: str | None) -> list[dict[str, Any]]:
+    """The pod's rank in its instance (a number, or the pod label its controller writes it in), the
+    instance's pod count and, for a multi-node instance, the leader's address: what engine flags reference."""
+    env: list[dict[str, Any]] = []
+    if isinstance(rank, int):
+        env.append({"name": RANK_ENV, "value": str(rank)})
+    elif rank is not None:
+        env.append({"name": RANK_ENV, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{rank}']"}}})
+    env.append({"name": PODS_ENV, "value": str(len(inst.pods))})
+    if leader is not None and len(inst.pods) > 1:
+        env.append({"name": LEADER_ENV, "value": leader})
+    return env
 
 
 def pod_spec(ctx: Context, container: dict[str, Any], hosts: list[str], scheduler: str | None) -> dict[str, Any]:
@@ -302,7 +316,7 @@ def engine_pod(
 ) -> dict[str, Any]:
     """One bare Pod per (instance, node): exactly the node and GPU count placer chose."""
     pod = inst.pods[j]
-    container = engine_container(ctx, inst, len(pod.gpus), j)
+    container = engine_container(ctx, inst, len(pod.gpus), j, leader=ctx.leader_host(rep.index, inst))
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -327,6 +341,70 @@ def engine_pod_metadata(
         "labels": instance_labels(ctx.spec, rep.index, inst) | (extra_labels or {}),
         "annotations": pod_annotations(ctx, rep.index, inst, inst.pods[j]) | (extra_annotations or {}),
     }
+
+
+def stateful_set(ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement, j: int, pod: dict) -> dict[str, Any]:
+    """A placed pod under a controller: a StatefulSet of one whose template is the pinned ``pod``.
+
+    A deleted, evicted or lost pod comes back with the same name, node affinity, GPU count and gang label,
+    without placer. A StatefulSet rather than a Deployment because it never runs two copies at once (a
+    Deployment's surge would ask for the GPUs twice, on a node that has them once) and it gives the pod a
+    stable DNS name under the pool's headless Service, which the router and a multi-node leader need. The
+    StatefulSet's own labels are placer's only: a scheduler's queue label there would make an integration
+    (Kueue's ``statefulset``) manage the StatefulSet as a workload of its own."""
+    meta = pod["metadata"]
+    name = meta["name"]
+    dns_label(f"{name}-0", "pod name")  # the StatefulSet's pod: <name>-0
+    own = instance_labels(ctx.spec, rep.index, inst) | {RANK_LABEL: str(j)}
+    selector = {k: own[k] for k in ("app.kubernetes.io/instance", "placer.dev/pool", "placer.dev/instance", RANK_LABEL)}
+    notes = {k: v for k, v in meta["annotations"].items() if k.startswith("placer.dev/")}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": meta["namespace"], "labels": own, "annotations": notes},
+        "spec": {
+            "replicas": 1,
+            "serviceName": pool_service_name(ctx, rep.index, inst.pool),
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": meta["labels"] | {RANK_LABEL: str(j)}, "annotations": meta["annotations"]},
+                "spec": pod["spec"],
+            },
+        },
+    }
+
+
+def pool_services(ctx: Context, rep: ReplicaPlacement) -> list[dict[str, Any]]:
+    """Per pool of the replica, the headless Service over its pods: it gives every engine pod a DNS name
+    (the router's URLs, a multi-node instance's leader address) and lists the pool's endpoints. Addresses
+    are published before pods are ready, since a multi-node instance's leader is not ready until its
+    workers have joined it."""
+    out = []
+    for pool in sorted({i.pool for i in rep.instances}):
+        template = ctx.spec.pools[pool].template
+        service: dict[str, Any] = {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"app.kubernetes.io/instance": ctx.gang_name(rep.index), "placer.dev/pool": pool},
+        }
+        if template.ports:
+            service["ports"] = [
+                {"name": p.name, "port": p.container_port, "targetPort": p.name} for p in template.ports
+            ]
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {
+                    "name": pool_service_name(ctx, rep.index, pool),
+                    "namespace": ctx.namespace,
+                    "labels": labels(ctx.spec, rep.index, ctx.spec.role_of(pool)) | {"placer.dev/pool": pool},
+                },
+                "spec": service,
+            }
+        )
+    return out
 
 
 def leader_split(inst: InstancePlacement) -> tuple[int, list[int]] | None:

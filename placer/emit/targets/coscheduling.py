@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from placer.emit.targets.common import GROUP_LABEL, Context, engine_pod, replica_pods
+from placer.emit.targets.common import GROUP_LABEL, Context, engine_pod, pool_services, replica_pods, stateful_set
 from placer.emit.targets.router import router_docs
 from placer.model.placement import ReplicaPlacement
 
@@ -39,6 +39,9 @@ def build(ctx: Context) -> list[dict]:
         docs.append(pod_group(ctx, rep))
         for inst in rep.instances:
             for j in range(len(inst.pods)):
-                docs.append(engine_pod(ctx, rep, inst, j, scheduler, {GROUP_LABEL: group}))
+                docs.append(
+                    stateful_set(ctx, rep, inst, j, engine_pod(ctx, rep, inst, j, scheduler, {GROUP_LABEL: group}))
+                )
+        docs += pool_services(ctx, rep)
         docs += router_docs(ctx, rep)
     return docs

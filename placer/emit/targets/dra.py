@@ -34,6 +34,8 @@ from placer.emit.targets.common import (
     instance_labels,
     pod_name,
     pod_spec,
+    pool_services,
+    stateful_set,
 )
 from placer.emit.targets.router import router_docs
 from placer.model.errors import InputError
@@ -138,7 +140,7 @@ def claimed_pod(
     pod = inst.pods[j]
     template = claim_template(ctx, rep, inst, j)
     claims = [CLAIM] + ([CHANNEL] if channel else [])
-    container = engine_container(ctx, inst, None, j, claims=claims)
+    container = engine_container(ctx, inst, None, j, claims=claims, leader=ctx.leader_host(rep.index, inst))
     spec = pod_spec(ctx, container, [hostname(ctx.topo, pod.node)], scheduler)
     spec["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": template["metadata"]["name"]}]
     if channel:
@@ -168,6 +170,7 @@ def build(ctx: Context) -> list[dict]:
                 channel = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
             for j in range(len(inst.pods)):
                 docs.append(claim_template(ctx, rep, inst, j))
-                docs.append(claimed_pod(ctx, rep, inst, j, scheduler, channel))
+                docs.append(stateful_set(ctx, rep, inst, j, claimed_pod(ctx, rep, inst, j, scheduler, channel)))
+        docs += pool_services(ctx, rep)
         docs += router_docs(ctx, rep)
     return docs

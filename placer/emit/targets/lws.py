@@ -23,12 +23,12 @@ from placer.emit.targets.common import (
     anti_affinity,
     dns_label,
     engine_container,
-    engine_pod,
     hostname,
     instance_labels,
     leader_split,
     pod_annotations,
     pod_spec,
+    pool_services,
 )
 from placer.emit.targets.router import router_docs
 from placer.model.errors import InputError
@@ -36,6 +36,19 @@ from placer.model.placement import InstancePlacement, ReplicaPlacement
 
 DESCRIPTION = "LeaderWorkerSet per multi-node instance (leader and workers pinned) under the coscheduling gang"
 OLDEST = "v0.3.0"  # first release with startupPolicy (LeaderCreated)
+
+
+WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"  # LWS labels every pod with its index (leader: 0)
+
+
+def lws_name(ctx: Context, replica: int, inst: InstancePlacement) -> str:
+    return dns_label(f"{ctx.gang_name(replica)}-{inst.pool}-{inst.index}", "LeaderWorkerSet name")
+
+
+def lws_leader_host(ctx: Context, replica: int, inst: InstancePlacement) -> str:
+    """The leader of the LWS's only group is ``<lws>-0``, under the headless Service LWS names after itself."""
+    name = lws_name(ctx, replica, inst)
+    return f"{name}-0.{name}.{ctx.namespace}.svc"
 
 
 def _template(
@@ -49,7 +62,8 @@ def _template(
 ) -> dict[str, Any]:
     first = inst.pods[pods[0]]
     hosts = [hostname(ctx.topo, inst.pods[j].node) for j in pods]
-    spec = pod_spec(ctx, engine_container(ctx, inst, len(first.gpus), None), hosts, scheduler)
+    container = engine_container(ctx, inst, len(first.gpus), WORKER_INDEX, leader=lws_leader_host(ctx, rep.index, inst))
+    spec = pod_spec(ctx, container, hosts, scheduler)
     spec["affinity"] |= anti_affinity(ctx, rep.index, inst)
     labels = instance_labels(ctx.spec, rep.index, inst) | {GROUP_LABEL: group, "placer.dev/lws-role": role}
     annotations = pod_annotations(ctx, rep.index, inst, first if len(pods) == 1 else None)
@@ -60,7 +74,7 @@ def leader_worker_set(
     ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement, group: str, scheduler: str | None
 ) -> dict[str, Any]:
     split = leader_split(inst)
-    name = dns_label(f"{ctx.gang_name(rep.index)}-{inst.pool}-{inst.index}", "LeaderWorkerSet name")
+    name = lws_name(ctx, rep.index, inst)
     if split is None:
         counts = [len(p.gpus) for p in inst.pods]
         raise InputError(
@@ -69,6 +83,12 @@ def leader_worker_set(
             "choose another --target)"
         )
     leader, workers = split
+    group_template: dict[str, Any] = {"size": len(inst.pods), "restartPolicy": "RecreateGroupOnPodRestart"}
+    if workers:
+        group_template["leaderTemplate"] = _template(ctx, rep, inst, [leader], "leader", group, scheduler)
+        group_template["workerTemplate"] = _template(ctx, rep, inst, workers, "worker", group, scheduler)
+    else:  # a group of one: LWS makes its leader from the worker template
+        group_template["workerTemplate"] = _template(ctx, rep, inst, [leader], "leader", group, scheduler)
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
@@ -81,27 +101,21 @@ def leader_worker_set(
         "spec": {
             "replicas": 1,
             "startupPolicy": "LeaderCreated",
-            "leaderWorkerTemplate": {
-                "size": len(inst.pods),
-                "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": _template(ctx, rep, inst, [leader], "leader", group, scheduler),
-                "workerTemplate": _template(ctx, rep, inst, workers, "worker", group, scheduler),
-            },
+            "leaderWorkerTemplate": group_template,
         },
     }
 
 
 def build(ctx: Context) -> list[dict]:
     ctx.require_version("LeaderWorkerSet", OLDEST, "has no startupPolicy")
+    ctx.hosts = lws_leader_host
     docs: list[dict] = []
     scheduler = ctx.spec.scheduling.scheduler_name  # the gang is the coscheduling PodGroup
     for rep in ctx.placement.replicas:
         group = ctx.gang_name(rep.index)
         docs.append(coscheduling.pod_group(ctx, rep))
         for inst in rep.instances:
-            if len(inst.pods) == 1:
-                docs.append(engine_pod(ctx, rep, inst, 0, scheduler, {GROUP_LABEL: group}))
-            else:
-                docs.append(leader_worker_set(ctx, rep, inst, group, scheduler))
+            docs.append(leader_worker_set(ctx, rep, inst, group, scheduler))
+        docs += pool_services(ctx, rep)
         docs += router_docs(ctx, rep)
     return docs

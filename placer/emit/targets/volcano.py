@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from placer.emit.targets.common import Context, engine_pod, replica_pods
+from placer.emit.targets.common import Context, engine_pod, pool_services, replica_pods, stateful_set
 from placer.emit.targets.router import router_docs
 from placer.model.levels import LEVEL_RANK, LEVELS
 from placer.model.placement import ReplicaPlacement
@@ -107,6 +107,8 @@ def build(ctx: Context) -> list[dict]:
         docs.append(pod_group(ctx, rep))
         for inst in rep.instances:
             for j in range(len(inst.pods)):
-                docs.append(engine_pod(ctx, rep, inst, j, scheduler, None, {GROUP_ANNOTATION: group}))
+                pod = engine_pod(ctx, rep, inst, j, scheduler, None, {GROUP_ANNOTATION: group})
+                docs.append(stateful_set(ctx, rep, inst, j, pod))
+        docs += pool_services(ctx, rep)
         docs += router_docs(ctx, rep)
     return docs
