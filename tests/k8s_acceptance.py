@@ -590,6 +590,20 @@ WEBHOOKS = {"PodCliqueSet": grove_podcliqueset, "LeaderWorkerSet": lws_leaderwor
 KUEUE = "kueue.x-k8s.io/"
 
 
+def made_pods(docs: Iterable[dict]) -> list[dict]:
+    """Pods as the cluster will hold them: bare Pods, and each Deployment's or StatefulSet's template once
+    per replica (named after its controller)."""
+    out = []
+    for d in docs:
+        if d["kind"] == "Pod":
+            out.append(d)
+        elif d["kind"] in ("Deployment", "StatefulSet"):
+            t = d["spec"]["template"]
+            meta = t["metadata"] | {"name": d["metadata"]["name"]}
+            out += [{"kind": "Pod", "metadata": meta, "spec": t["spec"]}] * d["spec"].get("replicas", 1)
+    return out
+
+
 def kueue_pod_groups(docs: Iterable[dict]) -> list[str]:
     """Kueue's checks on plain-Pod groups with TAS annotations (kubernetes-sigs/kueue
     pkg/controller/jobframework/tas_validation.go at ff69552e79ad, the main read for this). Per pod,
@@ -602,9 +616,9 @@ def kueue_pod_groups(docs: Iterable[dict]) -> list[str]:
     out: list[str] = []
     podsets: dict[tuple[str, str], list[dict]] = {}
     totals: dict[str, set[str]] = {}
-    for d in docs:
+    for d in made_pods(docs):
         labels = d["metadata"].get("labels", {})
-        if d["kind"] != "Pod" or KUEUE + "pod-group-name" not in labels:
+        if KUEUE + "pod-group-name" not in labels:
             continue
         a = d["metadata"].get("annotations", {})
         name = f"Pod {d['metadata']['name']!r}"

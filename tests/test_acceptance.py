@@ -21,6 +21,7 @@ from k8s_acceptance import (
     grove_bindings,
     grove_name_length,
     kueue_pod_groups,
+    made_pods,
     problems,
     sources,
     validate_schema,
@@ -359,7 +360,7 @@ def test_kueue_keeps_each_tp16_instance_of_a_pair_inside_its_leaf(tmp_path):
     docs = build_manifests(*solved, target="kueue")
     assert_accepted(docs)
     assert kueue_pod_groups(docs) == []
-    pods = [d for d in docs if d["kind"] == "Pod"]
+    pods = [d for d in made_pods(docs) if "kueue.x-k8s.io/pod-group-name" in d["metadata"]["labels"]]
     notes = pods[0]["metadata"]["annotations"]
     assert notes["kueue.x-k8s.io/podset-slice-required-topology"] == "placer.dev/leaf"
     assert notes["kueue.x-k8s.io/podset-slice-size"] == "2"
@@ -392,7 +393,8 @@ def test_kueue_groups_the_two_roles_of_an_uneven_instance(tmp_path):
     docs = build_manifests(*solved, target="kueue")
     assert_accepted(docs)
     assert kueue_pod_groups(docs) == []
-    pods = {d["metadata"]["annotations"]["kueue.x-k8s.io/role-hash"]: d for d in docs if d["kind"] == "Pod"}
+    engines = [d for d in made_pods(docs) if "kueue.x-k8s.io/pod-group-name" in d["metadata"]["labels"]]
+    pods = {d["metadata"]["annotations"]["kueue.x-k8s.io/role-hash"]: d for d in engines}
     assert sorted(pods) == ["aggregated-g4", "aggregated-g8"]
     for role, index in (("aggregated-g4", "0"), ("aggregated-g8", "1")):
         notes = pods[role]["metadata"]["annotations"]
@@ -406,7 +408,7 @@ def test_kueue_groups_the_two_roles_of_an_uneven_instance(tmp_path):
 # target -> (oldest release placer supports, the vendored CRDs of that release)
 OLDEST = {
     "coscheduling": ("v0.25.7", "scheduler-plugins-v0.25.7"),  # first release with scheduling.x-k8s.io
-    "kai": ("v0.12.0", "kai-scheduler-v0.12.0"),
+    "kai": ("v0.15.0", "kai-scheduler-v0.15.0"),
     "volcano": ("1.12", "volcano-v1.12.0"),
     "grove": ("v0.1.0-alpha.10", "grove-v0.1.0-alpha.10"),
     "lws": ("v0.3.0", "lws-v0.3.0"),
@@ -454,7 +456,7 @@ def test_volcano_before_1_14_gets_no_subgroup_policy_and_would_refuse_it():
             "1.11",
             "Volcano before 1.12.0 has no networkTopology on PodGroups; placer supports Volcano 1.12.0",
         ),
-        ("kai", "v0.10.0", "KAI-Scheduler before v0.12.0 has no kai.scheduler/v1alpha1 Topology"),
+        ("kai", "v0.14.0", "KAI-Scheduler before v0.15.0 has no kai.scheduler/skip-podgrouper"),
         ("grove", "v0.1.0-alpha.9", "Grove before v0.1.0-alpha.10 has no pack.required"),
         ("kueue", "0.12", "Kueue before v0.13.0 has no PodSet slices"),
         ("lws", "v0.2.0", "LeaderWorkerSet before v0.3.0 has no startupPolicy"),
@@ -512,8 +514,11 @@ def test_an_imported_topograph_cluster_gets_constraints_on_topograph_keys(tmp_pa
     assert group["spec"]["topologyConstraint"]["requiredTopologyLevel"] == "fabric.topograph.run/tier-0"
     binding = next(d for d in build_manifests(*solved, target="grove") if d["kind"] == "ClusterTopologyBinding")
     assert binding["spec"]["levels"][0] == {"domain": "block", "key": "fabric.topograph.run/tier-0"}
-    pod = next(d for d in build_manifests(*solved, target="kueue") if d["kind"] == "Pod")
-    assert pod["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"] == "fabric.topograph.run/tier-0"
+    pod = next(d for d in build_manifests(*solved, target="kueue") if d["kind"] == "Deployment")
+    assert (
+        pod["spec"]["template"]["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"]
+        == "fabric.topograph.run/tier-0"
+    )
 
 
 def test_the_cli_takes_target_version_and_refuses_an_unsupported_release():

@@ -87,9 +87,7 @@ def test_affinity_admits_exactly_the_chosen_node(solved):
 
 def test_gang_covers_every_pod(solved):
     groups = {d["metadata"]["name"]: d["spec"]["minMember"] for d in solved.manifests if d["kind"] == "PodGroup"}
-    members = Counter(
-        d["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] for d in engine_pods(solved.manifests)
-    )
+    members = Counter(d["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] for d in engine_pods(solved.manifests))
     assert groups == dict(members)
     assert len(groups) == len(solved.placement.replicas)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from k8s_acceptance import assert_accepted
+from k8s_acceptance import assert_accepted, made_pods
 from test_dra_ids import with_gpu_ids
 
 from placer.emit.manifests import build_manifests, placement_text, to_json_list, to_yaml
@@ -262,11 +262,13 @@ def _kai_references(pg: dict, built: list[dict]) -> None:
     assert {
         c[k] for c in constraints if c for k in ("requiredTopologyLevel", "preferredTopologyLevel") if k in c
     } <= levels
-    pods = Counter(
-        d["metadata"]["labels"]["kai.scheduler/subgroup-name"]
-        for d in built
-        if d["kind"] == "Pod" and d["metadata"]["annotations"].get("pod-group-name") == pg["metadata"]["name"]
-    )
+    pods: Counter = Counter()
+    for u in units(built):
+        if u.annotations.get("pod-group-name") == pg["metadata"]["name"]:
+            pods[u.labels["kai.scheduler/subgroup-name"]] += u.count
+            # KAI's pod-grouper leaves the pod to this PodGroup only when the pod and its owner say so
+            assert u.annotations["kai.scheduler/skip-podgrouper"] == "true"
+            assert u.owner["metadata"]["annotations"]["kai.scheduler/skip-podgrouper"] == "true"
     assert dict(pods) == {n: subs[n]["minMember"] for n in leaves}
 
 
@@ -280,7 +282,8 @@ def _volcano_subgroups(pg: dict, all_units: list[Unit]) -> None:
 
 def test_kueue_podsets_follow_the_documented_rules(solved):
     *_, docs = solved
-    pods = [d for d in docs["kueue"] if d["kind"] == "Pod"]
+    pods = [p for p in made_pods(docs["kueue"]) if "kueue.x-k8s.io/pod-group-name" in p["metadata"]["labels"]]
+    assert pods and not any(d["kind"] == "Pod" for d in docs["kueue"])  # every engine under a controller
     podsets: dict[tuple[str, str], list[dict]] = {}
     for p in pods:
         a = p["metadata"]["annotations"]
@@ -366,7 +369,9 @@ def test_foreign_or_broken_manifests_name_the_file_and_what_is_missing(multinode
     cos, kueue, grove, lws, disagg = (multinode[t] for t in ("coscheduling", "kueue", "grove", "lws", "disagg"))
     m = str(tmp_path / "m.yaml")
     foreign = [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {}}]
-    with pytest.raises(InputError, match=rf"^{m}: no PodGroup, PodCliqueSet, StatefulSet or Pod carries the placer.dev/spec"):
+    with pytest.raises(
+        InputError, match=rf"^{m}: no PodGroup, PodCliqueSet, StatefulSet or Pod carries the placer.dev/spec"
+    ):
         _read(tmp_path, foreign)
     with pytest.raises(InputError, match=r"not manifests placer emitted"):  # the pod that carries the spec is gone
         _read(tmp_path, [d for d in kueue if "placer.dev/spec" not in d["metadata"].get("annotations", {})])

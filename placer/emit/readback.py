@@ -132,8 +132,8 @@ def _json_annotation(path: Path, doc: dict[str, Any], key: str) -> Any:
 # PodCliqueSet, or the first Pod of a Kueue pod group); an instance's GPUs on the objects that make its pods
 # (placer.dev/instance-gpus on Pods, LeaderWorkerSets and Grove cliques; a Grove clique of single-node
 # instances lists them in placer.dev/instances); the router's node on its Deployment or Grove clique.
-SPEC_CARRIERS = ("PodGroup", "PodCliqueSet", "Pod", "StatefulSet", "DynamoGraphDeployment")
-ENGINE_KINDS = ("Pod", "StatefulSet", "LeaderWorkerSet", "PodClique", "DynamoComponent")
+SPEC_CARRIERS = ("PodGroup", "PodCliqueSet", "Pod", "StatefulSet", "Deployment", "DynamoGraphDeployment")
+ENGINE_KINDS = ("Pod", "StatefulSet", "Deployment", "LeaderWorkerSet", "PodClique", "DynamoComponent")
 ROUTER_KINDS = ("Deployment", "PodClique", "DynamoComponent")
 
 

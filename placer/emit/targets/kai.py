@@ -6,8 +6,13 @@ Phase 2, the hierarchy: one subgroup per pool (parent of its instances, required
 the pool's instances) and one leaf subgroup per instance (``minMember`` = its pods, required at the level
 of the domain placer chose for it, preferred at the spec's preferred level when narrower). KAI's webhook
 wants the PodGroup's ``minMember`` to be the sum over the leaves, which it is.
-Phase 3, the pods: ``schedulerName: kai-scheduler``, the ``pod-group-name`` annotation, the
-``kai.scheduler/subgroup-name`` and ``kai.scheduler/queue`` labels, and node affinity to the chosen node.
+Phase 3, the pods: each placed pod is a StatefulSet of one (``common.stateful_set``: a deleted pod comes
+back pinned, with its gang annotation) whose template has ``schedulerName: kai-scheduler``, the
+``pod-group-name`` annotation, the ``kai.scheduler/subgroup-name`` and ``kai.scheduler/queue`` labels, and
+node affinity to the chosen node. KAI's pod-grouper would otherwise replace placer's PodGroup by one of its
+own per StatefulSet (``minAvailable`` 1, no gang); ``kai.scheduler/skip-podgrouper: "true"`` on the
+StatefulSet and its template tells it to leave them to placer's PodGroup (KAI v0.15.0 and later,
+pkg/podgrouper/pod_controller.go; the external-PodGroup design in docs/developer/designs/external-podgroups).
 Constraints name node labels through a ``Topology`` (``kai.scheduler/v1alpha1``, cluster-scoped, served by
 KAI v0.12.0 and later) whose levels are this cluster's levels as the node labels that carry them
 (``Context.level_label``), broadest first, hostname last; placer emits it unless ``scheduling.topology``
@@ -19,7 +24,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from placer.emit.targets.common import HOSTNAME, Context, cluster_labels, engine_pod, replica_pods
+from placer.emit.targets.common import (
+    HOSTNAME,
+    Context,
+    cluster_labels,
+    engine_pod,
+    pool_services,
+    replica_pods,
+    stateful_set,
+)
 from placer.emit.targets.router import router_docs
 from placer.model.levels import LEVEL_RANK
 from placer.model.placement import InstancePlacement, ReplicaPlacement
@@ -31,7 +44,8 @@ QUEUE_LABEL = "kai.scheduler/queue"
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 GROUP_ANNOTATION = "pod-group-name"
 TOPOLOGY_API = "kai.scheduler/v1alpha1"  # the only version KAI serves (v0.12.0 to main)
-OLDEST = "v0.12.0"  # first release with kai.scheduler Topology (before: Kueue's) and subgroup parents
+OLDEST = "v0.15.0"  # first release whose pod-grouper honours skip-podgrouper (Topology, subgroup parents: v0.12.0)
+SKIP_PODGROUPER = "kai.scheduler/skip-podgrouper"
 
 
 def topology_name(ctx: Context) -> str:
@@ -106,7 +120,7 @@ def pod_group(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
 
 
 def build(ctx: Context) -> list[dict]:
-    ctx.require_version("KAI-Scheduler", OLDEST, "has no kai.scheduler/v1alpha1 Topology")
+    ctx.require_version("KAI-Scheduler", OLDEST, "has no kai.scheduler/skip-podgrouper")
     docs: list[dict] = [] if ctx.spec.scheduling.topology else [topology_doc(ctx)]
     scheduler = ctx.scheduler(SCHEDULER)
     queue = {QUEUE_LABEL: ctx.queue(QUEUE)}
@@ -115,7 +129,11 @@ def build(ctx: Context) -> list[dict]:
         docs.append(pod_group(ctx, rep))
         for inst in rep.instances:
             extra = queue | {SUBGROUP_LABEL: subgroup_name(inst)}
+            notes = {GROUP_ANNOTATION: group, SKIP_PODGROUPER: "true"}
             for j in range(len(inst.pods)):
-                docs.append(engine_pod(ctx, rep, inst, j, scheduler, extra, {GROUP_ANNOTATION: group}))
+                sts = stateful_set(ctx, rep, inst, j, engine_pod(ctx, rep, inst, j, scheduler, extra, notes))
+                sts["metadata"]["annotations"][SKIP_PODGROUPER] = "true"  # the pod-grouper looks up the owners too
+                docs.append(sts)
+        docs += pool_services(ctx, rep)
         docs += router_docs(ctx, rep)
     return docs

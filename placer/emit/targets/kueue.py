@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from placer.emit.targets.common import (
+    RANK_LABEL,
     Context,
     engine_container,
     hostname,
@@ -36,6 +37,8 @@ from placer.emit.targets.common import (
     pod_annotations,
     pod_name,
     pod_spec,
+    pool_service_name,
+    pool_services,
     replica_pods,
 )
 from placer.emit.targets.router import router_docs
@@ -124,8 +127,54 @@ def _rank_offsets(grouped: dict[str, dict[str, str]], by_role: dict[str, list]) 
     return out
 
 
+def kueue_leader_host(ctx: Context, replica: int, inst: InstancePlacement) -> str:
+    """Pods of a Deployment have generated names, so each gets a fixed hostname (its placer pod name) under
+    its pool's headless Service: ``<pod name>.<service>.<namespace>.svc``."""
+    return f"{pod_name(ctx.spec, replica, inst, 0)}.{pool_service_name(ctx, replica, inst.pool)}.{ctx.namespace}.svc"
+
+
+def deployment_of_one(
+    ctx: Context,
+    rep: ReplicaPlacement,
+    inst: InstancePlacement,
+    j: int,
+    pod_labels: dict[str, str],
+    pod_notes: dict[str, str],
+    spec: dict[str, Any],
+) -> dict[str, Any]:
+    """A placed pod under a controller Kueue's plain pod groups can live with: a Deployment of one.
+
+    Kueue keeps a deleted group member's ``kueue.x-k8s.io/managed`` finalizer until a replacement pod of the
+    group exists (kueue pkg/controller/jobs/pod/pod_controller.go, FindMatchingWorkloads), and a StatefulSet
+    makes no replacement until the old pod object is gone: it would wait forever. A ReplicaSet makes the
+    replacement at once, under a new name; Kueue adopts it into the admitted group and releases the old pod.
+    ``Recreate``, so that an update never runs two copies asking for the same GPUs. The Deployment's own
+    labels are placer's only: with Kueue's ``deployment`` integration, a queue label there would make the
+    Deployment a workload of its own."""
+    name = pod_name(ctx.spec, rep.index, inst, j)
+    own = instance_labels(ctx.spec, rep.index, inst) | {RANK_LABEL: str(j)}
+    selector = {k: own[k] for k in ("app.kubernetes.io/instance", "placer.dev/pool", "placer.dev/instance", RANK_LABEL)}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": name,
+            "namespace": ctx.namespace,
+            "labels": own,
+            "annotations": {k: v for k, v in pod_notes.items() if k.startswith("placer.dev/")},
+        },
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": {"labels": pod_labels, "annotations": pod_notes}, "spec": spec},
+        },
+    }
+
+
 def build(ctx: Context) -> list[dict]:
     ctx.require_version("Kueue", OLDEST, "has no PodSet slices for plain Pod groups")
+    ctx.hosts = kueue_leader_host
     docs: list[dict] = []
     scheduler = ctx.scheduler(None)
     queue = ctx.queue(QUEUE)
@@ -147,19 +196,24 @@ def build(ctx: Context) -> list[dict]:
                 annotations |= {TOTAL: str(replica_pods(rep)), SERVING: "true", ROLE: role} | topology
                 if inst is rep.instances[0] and j == 0:  # a pod group has no object of its own: its first pod
                     annotations |= ctx.group_annotations()  # carries what explain reads (spec, status)
-                container = engine_container(ctx, inst, len(pod.gpus), j)
-                doc: dict[str, Any] = {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {
-                        "name": pod_name(ctx.spec, rep.index, inst, j),
-                        "namespace": ctx.namespace,
-                        "labels": instance_labels(ctx.spec, rep.index, inst)
-                        | {QUEUE_LABEL: queue, GROUP_LABEL: group, POD_INDEX: str(rank)},
-                        "annotations": annotations,
-                    },
-                    "spec": pod_spec(ctx, container, hosts, scheduler),
-                }
-                docs.append(doc)
+                container = engine_container(
+                    ctx, inst, len(pod.gpus), j, leader=kueue_leader_host(ctx, rep.index, inst)
+                )
+                spec = pod_spec(ctx, container, hosts, scheduler)
+                spec["hostname"] = pod_name(ctx.spec, rep.index, inst, j)
+                spec["subdomain"] = pool_service_name(ctx, rep.index, inst.pool)
+                pod_labels = instance_labels(ctx.spec, rep.index, inst) | {RANK_LABEL: str(j)}
+                docs.append(
+                    deployment_of_one(
+                        ctx,
+                        rep,
+                        inst,
+                        j,
+                        pod_labels | {QUEUE_LABEL: queue, GROUP_LABEL: group, POD_INDEX: str(rank)},
+                        annotations,
+                        spec,
+                    )
+                )
+        docs += pool_services(ctx, rep)
         docs += router_docs(ctx, rep)
     return docs

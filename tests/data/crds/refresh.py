@@ -44,7 +44,7 @@ FILES: dict[str, list[str]] = {
 # "Supported versions"): repository -> {release tag: paths}; vendored under upstream/<name>-<tag>/.
 OLDEST: dict[str, dict[str, list[str]]] = {
     "kubernetes-sigs/scheduler-plugins": {"v0.25.7": FILES["kubernetes-sigs/scheduler-plugins"]},
-    "kai-scheduler/KAI-Scheduler": {"v0.12.0": FILES["kai-scheduler/KAI-Scheduler"]},
+    "kai-scheduler/KAI-Scheduler": {"v0.15.0": FILES["kai-scheduler/KAI-Scheduler"]},
     "volcano-sh/volcano": {"v1.12.0": FILES["volcano-sh/volcano"], "v1.14.0": FILES["volcano-sh/volcano"]},
     "ai-dynamo/grove": {"v0.1.0-alpha.10": FILES["ai-dynamo/grove"]},
     "kubernetes-sigs/lws": {"v0.3.0": FILES["kubernetes-sigs/lws"]},
