@@ -308,7 +308,7 @@ def test_grove_refuses_names_past_its_45_character_budget(tmp_path):
     assert str(err.value) == (
         "--target grove: Grove names pods after the PodCliqueSet, scaling group and clique, and allows 45 "
         "characters for them together; 'llama-70b-disaggregated-servin-r0' (33) + 'aggregated-0' (12) + "
-        "'aggregated-0-l' (14) = 59 (shorten metadata.name or the pool name)"
+        "'aggregated-0-p0' (15) = 60 (shorten metadata.name or the pool name)"
     )
 
 

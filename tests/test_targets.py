@@ -395,9 +395,9 @@ def test_foreign_or_broken_manifests_name_the_file_and_what_is_missing(multinode
         _read(tmp_path, odd)
     torn = json.loads(json.dumps(grove))
     cliques = next(d for d in torn if d["kind"] == "PodCliqueSet")["spec"]["template"]["cliques"]
-    worker = next(c for c in cliques if c["name"].endswith("-w"))
+    worker = next(c for c in cliques if c["name"].endswith("-p1"))
     worker["annotations"]["placer.dev/instance-gpus"] = "elsewhere:0,1,2,3,4,5,6,7"
-    with pytest.raises(InputError, match=r"clique '.*-w' puts aggregated-0 of replica 0 on other GPUs"):
+    with pytest.raises(InputError, match=r"clique '.*-p1' puts aggregated-0 of replica 0 on other GPUs"):
         _read(tmp_path, torn)
     other = json.loads(json.dumps(cos))
     for d in other:

@@ -3,9 +3,9 @@
 Phase 1, roles: a ``router`` clique (one pod, pinned to the router's node) and one clique per pool for its
 single-node instances (``replicas`` = those instances, admitted to exactly the nodes placer chose for them,
 ``minAvailable: 1``). Phase 2, multi-node instances: each is a ``PodCliqueScalingGroup`` (``replicas: 1``,
-``minAvailable: 1``) over a leader clique pinned to its node and a worker clique admitted to the other chosen
-nodes (hostname anti-affinity keeps one pod per node); where workers would need different GPU counts, each
-pod gets its own pinned clique. Phase 3, the gang and its order: Grove gang-schedules the minimum of every
+``minAvailable: 1``) over one clique per pod, each pinned to its node and told its rank (``PLACER_POD_RANK``)
+and its leader's DNS name (``PLACER_LEADER_ADDRESS``: Grove's stable pod hostname, ``grove_leader_host``).
+Grove's controllers recreate a deleted pod with the same hostname, node affinity and GPU count. Phase 3, the gang and its order: Grove gang-schedules the minimum of every
 clique and scaling group, so a replica starts with at least one instance of each pool (and every multi-node
 instance whole); with ``router.startFirst`` every engine clique ``startsAfter`` the router
 (``CliqueStartupTypeExplicit``). Every clique's ``roleName`` is its own name (Grove's webhook wants them
@@ -31,18 +31,18 @@ import json
 from typing import Any
 
 from placer.emit.targets.common import (
+    RANK_LABEL,
     Context,
     affinity,
-    anti_affinity,
     cluster_labels,
     dns_label,
     engine_container,
     hostname,
     instance_labels,
     labels,
-    leader_split,
     pod_annotations,
     pod_spec,
+    pool_services,
 )
 from placer.emit.targets.nccl import instance_settings
 from placer.emit.targets.router import router_container, router_service
@@ -115,29 +115,57 @@ def _clique(name: str, replicas: int, pod: dict, labels_: dict, annotations: dic
     }
 
 
-def _engine(ctx: Context, rep: ReplicaPlacement, insts: list[InstancePlacement], pods: list[tuple[int, int]]) -> dict:
-    """Pod spec for these (instance, pod) pairs: GPU count of the first, NCCL values all of them share."""
+def _engine(
+    ctx: Context,
+    rep: ReplicaPlacement,
+    insts: list[InstancePlacement],
+    pods: list[tuple[int, int]],
+    rank: int | None = None,
+) -> dict:
+    """Pod spec for these (instance, pod) pairs: GPU count of the first, NCCL values all of them share;
+    ``rank``: the pods' rank in their instance, when they share one."""
     first_inst, first_pod = insts[pods[0][0]], insts[pods[0][0]].pods[pods[0][1]]
     shared = None
     if ctx.nccl:
         per = [instance_settings(ctx.spec, ctx.topo, insts[i]) for i in sorted({i for i, _ in pods})]
         shared = [s for s in per[0] if all(s in other for other in per[1:])]
-    container = engine_container(ctx, first_inst, len(first_pod.gpus), None, settings=shared)
+    leader = grove_leader_host(ctx, rep.index, first_inst) if len(first_inst.pods) > 1 else None
+    container = engine_container(ctx, first_inst, len(first_pod.gpus), rank, settings=shared, leader=leader)
     hosts = [hostname(ctx.topo, insts[i].pods[j].node) for i, j in pods]
     return pod_spec(ctx, container, hosts, ctx.scheduler(None))
 
 
+def _pod_clique_name(inst: InstancePlacement, j: int) -> str:
+    return f"{inst.pool}-{inst.index}-p{j}"
+
+
+def grove_leader_host(ctx: Context, replica: int, inst: InstancePlacement) -> str:
+    """Grove gives pod k of PodClique C the hostname ``C-k`` under the headless Service of its PodCliqueSet
+    replica, ``<pcs>-0`` (grove operator/internal/controller/podclique/components/pod/pod.go; names from
+    operator/api/common/namegen.go). A multi-node instance's leader is pod 0 of its first clique, inside its
+    scaling group (``<pcs>-0-<group>-0-<clique>``); single-node instances are the pods of their pool's clique,
+    the k-th for the k-th instance (which one is which does not matter to the router)."""
+    pcs = ctx.gang_name(replica)
+    if len(inst.pods) > 1:
+        group = f"{inst.pool}-{inst.index}"
+        clique = f"{pcs}-0-{group}-0-{_pod_clique_name(inst, 0)}"
+    else:
+        rep = next(r for r in ctx.placement.replicas if r.index == replica)
+        single = [i.index for i in rep.instances if i.pool == inst.pool and len(i.pods) == 1]
+        clique = f"{pcs}-0-{inst.pool}"
+        return f"{clique}-{single.index(inst.index)}.{pcs}-0.{ctx.namespace}.svc"
+    return f"{clique}-0.{pcs}-0.{ctx.namespace}.svc"
+
+
 def _instance_cliques(ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement) -> list[dict[str, Any]]:
+    """A clique per pod of a multi-node instance: each pinned to its node, with its own rank (one template
+    for several workers could not give each its rank, nor pin each to its node)."""
     lab = instance_labels(ctx.spec, rep.index, inst)
-    base = f"{inst.pool}-{inst.index}"
-    split = leader_split(inst)
-    groups = [("l", [split[0]]), ("w", split[1])] if split else [(f"p{j}", [j]) for j in range(len(inst.pods))]
     out = []
-    for suffix, pods in groups:
-        pod = _engine(ctx, rep, [inst], [(0, j) for j in pods])
-        pod["affinity"] |= anti_affinity(ctx, rep.index, inst)
-        notes = pod_annotations(ctx, rep.index, inst, inst.pods[pods[0]] if len(pods) == 1 else None)
-        out.append(_clique(f"{base}-{suffix}", len(pods), pod, lab, notes))
+    for j, placed in enumerate(inst.pods):
+        pod = _engine(ctx, rep, [inst], [(0, j)], rank=j)
+        notes = pod_annotations(ctx, rep.index, inst, placed)
+        out.append(_clique(_pod_clique_name(inst, j), 1, pod, lab | {RANK_LABEL: str(j)}, notes))
     return out
 
 
@@ -168,7 +196,7 @@ def pod_clique_set(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
                 "placer.dev/instances": json.dumps(placed, sort_keys=True),
                 "placer.dev/domains": json.dumps(domains, sort_keys=True),
             }
-            pod = _engine(ctx, rep, single, [(k, 0) for k in range(len(single))])
+            pod = _engine(ctx, rep, single, [(k, 0) for k in range(len(single))], rank=0)
             cliques.append(_clique(pool, len(single), pod, lab, notes))
         for inst in (i for i in members if len(i.pods) > 1):
             own = _instance_cliques(ctx, rep, inst)
@@ -210,9 +238,11 @@ def pod_clique_set(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
 
 def build(ctx: Context) -> list[dict]:
     ctx.require_version("Grove", OLDEST, "has no pack.required (and refuses packDomain on new workloads since)")
+    ctx.hosts = grove_leader_host
     docs: list[dict] = [] if ctx.spec.scheduling.topology else [binding_doc(ctx)]
     for rep in ctx.placement.replicas:
         docs.append(pod_clique_set(ctx, rep))
+        docs += pool_services(ctx, rep)
         if ctx.spec.router is not None and rep.router is not None:
             docs.append(router_service(ctx, rep.index))
     return docs
