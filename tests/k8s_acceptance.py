@@ -599,7 +599,7 @@ def made_pods(docs: Iterable[dict]) -> list[dict]:
             out.append(d)
         elif d["kind"] in ("Deployment", "StatefulSet"):
             t = d["spec"]["template"]
-            meta = t["metadata"] | {"name": d["metadata"]["name"]}
+            meta = t["metadata"] | {"name": d["metadata"]["name"], "namespace": d["metadata"].get("namespace")}
             out += [{"kind": "Pod", "metadata": meta, "spec": t["spec"]}] * d["spec"].get("replicas", 1)
     return out
 

@@ -235,7 +235,7 @@ def test_a_batch_is_applied_one_set_per_deployment(tmp_path):
         assert all(_labels(d)["app.kubernetes.io/name"] == name for d in docs)
         for d in docs:  # the same objects as in the batch; only the gang's spec/status record may differ
             assert applyset.identity(d) in whole
-            if d["kind"] == "Pod":
+            if d["kind"] == "StatefulSet":
                 assert d == whole[applyset.identity(d)]
         seen |= {applyset.identity(d) for d in docs}
         # applying b's stream to b's set never prunes a's objects: they carry a's set id

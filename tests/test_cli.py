@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from k8s_acceptance import made_pods
 
 import placer
 from placer.model.load import load_cluster
@@ -24,7 +25,7 @@ CLUSTERS = ROOT / "fixtures" / "clusters"
 SMALL = CLUSTERS / "small-mixed.yaml"
 AGG = SPECS / "aggregated-tp8.yaml"
 DISAGG = SPECS / "llama-70b-disagg.yaml"
-MANIFEST_KINDS = {"PodGroup", "Pod", "Deployment", "Service"}
+MANIFEST_KINDS = {"PodGroup", "StatefulSet", "Deployment", "Service"}
 SUMMARY = re.compile(r"^placed (\d+)/(\d+) replica\(s\), (\d+) GPUs, (\d+) objects; ", re.MULTILINE)
 
 # (spec, cluster) pairs that place.
@@ -157,8 +158,8 @@ def test_placement_file(suffix: str, tmp_path: Path) -> None:
     )
     in_pods = sorted(
         (_hostname(d), d["metadata"]["annotations"]["placer.dev/gpus"])
-        for d in manifests_of(proc.stdout)
-        if d["kind"] == "Pod"
+        for d in made_pods(manifests_of(proc.stdout))
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] != "router"
     )
     assert in_record == in_pods
     assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]  # no temporary left behind

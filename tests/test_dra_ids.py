@@ -18,6 +18,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from k8s_acceptance import made_pods
 
 from placer.emit.manifests import build_manifests
 from placer.emit.targets import dra
@@ -309,7 +310,8 @@ def test_trays_of_one_nvl72_share_a_compute_domain_validated_against_the_drivers
         jsonschema.validate(domain, schema)
         assert domain["apiVersion"] == "resource.nvidia.com/v1beta1" and domain["spec"]["numNodes"] == 0
     channels = {d["spec"]["channel"]["resourceClaimTemplate"]["name"] for d in domains.values()}
-    pods = [d for d in docs if d["kind"] == "Pod" and d["metadata"]["labels"].get("placer.dev/pool") == "prefill"]
+    pods = [d for d in made_pods(docs) if d["metadata"]["labels"].get("placer.dev/pool") == "prefill"]
+    assert pods
     for pod in pods:
         refs = {c["name"]: c["resourceClaimTemplateName"] for c in pod["spec"]["resourceClaims"]}
         assert refs.keys() == {"gpus", "imex-channel"} and refs["imex-channel"] in channels
@@ -328,9 +330,7 @@ def test_single_node_instances_get_no_compute_domain():
     spec, topo, placement, report = _solve("aggregated-tp8", load_cluster(CLUSTERS / "small-mixed.yaml"))
     docs = build_manifests(spec, topo, placement, report, target="dra")
     assert "ComputeDomain" not in {d["kind"] for d in docs}
-    assert all(
-        len(p["spec"]["resourceClaims"]) == 1 for p in docs if p["kind"] == "Pod" and "resourceClaims" in p["spec"]
-    )
+    assert all(len(p["spec"]["resourceClaims"]) == 1 for p in made_pods(docs) if "resourceClaims" in p["spec"])
 
 
 def test_selector_function_quotes_values():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from k8s_acceptance import made_pods
 from test_cli import run
 
 from placer.emit.manifests import records_text
@@ -175,7 +176,7 @@ def test_keep_scales_out_without_touching_running_pods(tmp_path, replicas, decod
     assert second.returncode == 0, second.stderr
     before, after = _objects(first.stdout), _objects(second.stdout)
     for key, text in before.items():
-        if key[0] == "Pod":
+        if key[0] == "StatefulSet":
             assert after[key] == text or "kv-transfer-us" in _diff_keys(text, after[key]), key
     new = sorted(k for k in after if k not in before)
     if replicas == 2:
@@ -184,7 +185,7 @@ def test_keep_scales_out_without_touching_running_pods(tmp_path, replicas, decod
             if key[0] != "PodGroup":
                 assert after[key] == before[key], key
     else:
-        assert ("Pod", "llama-70b-r0-decode-4") in new
+        assert ("StatefulSet", "llama-70b-r0-decode-4") in new
     # the same request again gives the same bytes
     again = run("solve", str(bigger), str(DGX), "--keep", str(running), "-q")
     assert again.stdout == second.stdout
@@ -202,9 +203,7 @@ def test_keep_accepts_placement_records_and_kubectl_pods(tmp_path):
     assert first.returncode == 0
     # kubectl get pods -A -o json: the emitted pods, bound where placer said, with status and extra fields
     pods = []
-    for d in yaml.safe_load_all(first.stdout):
-        if d["kind"] != "Pod":
-            continue
+    for d in made_pods(d for d in yaml.safe_load_all(first.stdout) if d["kind"] == "StatefulSet"):
         node = d["metadata"]["annotations"]["placer.dev/instance-gpus"].split(":")[0]
         d["spec"]["nodeName"] = node
         d["status"] = {"phase": "Running"}
@@ -235,9 +234,9 @@ def test_keep_accepts_placement_records_and_kubectl_pods(tmp_path):
     a = run("solve", str(bigger), str(DGX), "--keep", str(record), "-q")
     b = run("solve", str(bigger), str(DGX), "--keep", str(pod_list), "-q")
     assert a.returncode == b.returncode == 0
-    pods_a = {k: v for k, v in _objects(a.stdout).items() if k[0] == "Pod"}
-    pods_b = {k: v for k, v in _objects(b.stdout).items() if k[0] == "Pod"}
-    assert pods_a == pods_b
+    pods_a = {k: v for k, v in _objects(a.stdout).items() if k[0] == "StatefulSet"}
+    pods_b = {k: v for k, v in _objects(b.stdout).items() if k[0] == "StatefulSet"}
+    assert pods_a and pods_a == pods_b
 
 
 def test_running_deployment_not_given_keeps_its_gpus(tmp_path):
@@ -328,9 +327,8 @@ def test_plan_keep_releases_kept_gpus_that_the_cluster_lists_busy(tmp_path):
     assert [n.free_gpus for n in plan_a.topology.nodes] == [n.free_gpus for n in plan_b.topology.nodes]
     r = run("solve", str(DISAGG), str(busy_cluster), "--keep", str(running), "-q")
     assert r.returncode == 0
-    assert {k: v for k, v in _objects(r.stdout).items() if k[0] == "Pod"} == {
-        k: v for k, v in _objects(first.stdout).items() if k[0] == "Pod"
-    }
+    kept = {k: v for k, v in _objects(first.stdout).items() if k[0] == "StatefulSet"}
+    assert kept and {k: v for k, v in _objects(r.stdout).items() if k[0] == "StatefulSet"} == kept
 
 
 def test_plan_on_the_fixture_batch_frees_a_leaf_with_one_move(tmp_path):
@@ -422,9 +420,10 @@ def test_keep_changes_only_the_spec_annotation_of_running_objects(tmp_path, targ
         # only the gang's record of the spec and the solver's verdict may differ
         strip = ("placer.dev/spec", "placer.dev/solver-status")
         a, b = json.loads(json.dumps(doc)), json.loads(json.dumps(after[key]))
-        for d in (a, b):
-            for k in strip:
-                d["metadata"].get("annotations", {}).pop(k, None)
+        for d in (a, b):  # on the gang object, or (kueue) the first pod's controller and its template
+            for meta in (d["metadata"], d.get("spec", {}).get("template", {}).get("metadata", {})):
+                for k in strip:
+                    meta.get("annotations", {}).pop(k, None)
         assert a == b, key
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from k8s_acceptance import made_pods
 
 import placer
 
@@ -170,7 +171,7 @@ def test_whitespace_in_args_command_and_env_is_kept_as_written(tmp_path: Path) -
     path.write_text(yaml.safe_dump(spec))
     proc = run("solve", path, CLUSTER, "-o", "json")
     assert proc.returncode == 0, proc.stderr
-    pods = [o for o in json.loads(proc.stdout)["items"] if o["kind"] == "Pod"]
+    pods = [o for o in made_pods(json.loads(proc.stdout)["items"]) if o["spec"]["containers"][0]["name"] == "engine"]
     assert pods
     for pod in pods:
         (container,) = pod["spec"]["containers"]

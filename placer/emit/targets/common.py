@@ -314,7 +314,8 @@ def engine_pod(
     extra_labels: dict[str, str] | None = None,
     extra_annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """One bare Pod per (instance, node): exactly the node and GPU count placer chose."""
+    """The pod of one (instance, node): exactly the node and GPU count placer chose. Targets put it under a
+    controller (``stateful_set``); it is never printed bare."""
     pod = inst.pods[j]
     container = engine_container(ctx, inst, len(pod.gpus), j, leader=ctx.leader_host(rep.index, inst))
     return {

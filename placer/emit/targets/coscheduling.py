@@ -1,9 +1,10 @@
 """kube-scheduler with the scheduler-plugins coscheduling plugin (the default target).
 
 Per replica a ``PodGroup`` (``scheduling.x-k8s.io/v1alpha1``: ``minMember`` = the replica's pods,
-``scheduleTimeoutSeconds``), one bare ``Pod`` per (instance, node) joined to it by the
-``scheduling.x-k8s.io/pod-group`` label and pinned by required node affinity, then the router's Deployment
-and Service. This is placer's original output, byte for byte.
+``scheduleTimeoutSeconds``), per (instance, node) a ``StatefulSet`` of one (``common.stateful_set``) whose
+pod joins it by the ``scheduling.x-k8s.io/pod-group`` label and is pinned by required node affinity, a
+headless Service per pool, then the router's Deployment and Service. A recreated pod passes the plugin's
+Permit at once, since the rest of its group is bound (scheduler-plugins pkg/coscheduling/core/core.go).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from placer.emit.targets.common import GROUP_LABEL, Context, engine_pod, pool_se
 from placer.emit.targets.router import router_docs
 from placer.model.placement import ReplicaPlacement
 
-DESCRIPTION = "kube-scheduler + scheduler-plugins coscheduling PodGroup, bare Pods pinned by node affinity"
+DESCRIPTION = "kube-scheduler + scheduler-plugins coscheduling PodGroup, StatefulSets of one pinned by node affinity"
 SCHEDULER = "scheduler-plugins-scheduler"
 
 

@@ -5,18 +5,18 @@ single-node instances (``replicas`` = those instances, admitted to exactly the n
 ``minAvailable: 1``). Phase 2, multi-node instances: each is a ``PodCliqueScalingGroup`` (``replicas: 1``,
 ``minAvailable: 1``) over one clique per pod, each pinned to its node and told its rank (``PLACER_POD_RANK``)
 and its leader's DNS name (``PLACER_LEADER_ADDRESS``: Grove's stable pod hostname, ``grove_leader_host``).
-Grove's controllers recreate a deleted pod with the same hostname, node affinity and GPU count. Phase 3, the gang and its order: Grove gang-schedules the minimum of every
-clique and scaling group, so a replica starts with at least one instance of each pool (and every multi-node
-instance whole); with ``router.startFirst`` every engine clique ``startsAfter`` the router
-(``CliqueStartupTypeExplicit``). Every clique's ``roleName`` is its own name (Grove's webhook wants them
-unique). Phase 4, packing (Grove v0.1.0-alpha.10 and later, topology-aware scheduling enabled in Grove's
-OperatorConfiguration, else its webhook refuses every constraint): the PodCliqueSet requires
-(``pack.required``) the domain of the narrowest level holding the replica, each scaling group its
-instance's level. Domains are named in a ``ClusterTopologyBinding`` (``placer-<cluster>``, cluster-scoped)
-whose levels are this cluster's levels with the node labels that carry them (``Context.level_label``),
-broadest first; every constraint names it in ``topologyName``. ``scheduling.topology`` names an existing
-binding instead, whose domains must then be called as in ``GROVE_DOMAIN``. The router's ``Service``
-selects the router clique's pods.
+Grove's controllers recreate a deleted pod with the same hostname, node affinity and GPU count.
+Phase 3, the gang and its order: Grove gang-schedules the minimum of every clique and scaling group, so a
+replica starts with at least one instance of each pool (and every multi-node instance whole); with
+``router.startFirst`` every engine clique ``startsAfter`` the router (``CliqueStartupTypeExplicit``). Every
+clique's ``roleName`` is its own name (Grove's webhook wants them unique). Phase 4, packing (Grove
+v0.1.0-alpha.10 and later, topology-aware scheduling enabled in Grove's OperatorConfiguration, else its
+webhook refuses every constraint): the PodCliqueSet requires (``pack.required``) the domain of the narrowest
+level holding the replica, each scaling group its instance's level. Domains are named in a
+``ClusterTopologyBinding`` (``placer-<cluster>``, cluster-scoped) whose levels are this cluster's levels
+with the node labels that carry them (``Context.level_label``), broadest first; every constraint names it in
+``topologyName``. ``scheduling.topology`` names an existing binding instead, whose domains must then be
+called as in ``GROVE_DOMAIN``. The router's ``Service`` selects the router clique's pods.
 
 Grove names pods ``<PodCliqueSet>-<i>-[<scaling group>-<j>-]<clique>-<random>`` and allows the three
 names 45 characters together; a spec whose names exceed that is refused (bad input, exit 2).

@@ -1,10 +1,11 @@
-"""LeaderWorkerSet for multi-node instances, under the coscheduling gang.
+"""LeaderWorkerSet per instance, under the coscheduling gang.
 
 Phase 1, the gang: per replica the scheduler-plugins ``PodGroup`` of the default target; every engine pod
-(bare or created by an LWS) carries its ``scheduling.x-k8s.io/pod-group`` label, so the replica still binds
+(all created by LWSs) carries its ``scheduling.x-k8s.io/pod-group`` label, so the replica still binds
 all or nothing.
-Phase 2, instances: a single-node instance is a bare Pod as in the default target. An instance spanning
-nodes is a ``LeaderWorkerSet`` (``leaderworkerset.x-k8s.io/v1``) with one group (``replicas: 1``) of
+Phase 2, instances: every instance is a ``LeaderWorkerSet`` (a single-node one a group of one, made from
+``workerTemplate`` alone, as LWS does when ``leaderTemplate`` is absent). An instance spanning nodes is a
+``LeaderWorkerSet`` (``leaderworkerset.x-k8s.io/v1``) with one group (``replicas: 1``) of
 ``size`` = its pods: the leader pinned to its node, the workers admitted to exactly the other chosen nodes,
 and a hostname anti-affinity over the instance's pods, so N pods on N admitted nodes land one per node.
 Workers share one template, so they must ask for the same GPU count; placer picks as leader the pod that
@@ -34,7 +35,7 @@ from placer.emit.targets.router import router_docs
 from placer.model.errors import InputError
 from placer.model.placement import InstancePlacement, ReplicaPlacement
 
-DESCRIPTION = "LeaderWorkerSet per multi-node instance (leader and workers pinned) under the coscheduling gang"
+DESCRIPTION = "LeaderWorkerSet per instance (leader and workers pinned) under the coscheduling gang"
 OLDEST = "v0.3.0"  # first release with startupPolicy (LeaderCreated)
 
 
