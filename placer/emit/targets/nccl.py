@@ -58,7 +58,6 @@ def channel_settings(profile: str, rails: int) -> list[Setting]:
     carries a ring (NCCL keeps a ring or tree on one NIC: 'the same NIC for the same ring/tree')."""
     low, high = _CHANNELS[profile]
     cap = min(max(high, rails), _MAX_CHANNELS)
-    low = min(low, cap)
     why = "2-4 for serving" if profile == "serving" else "8-16 for training"
     raised = f", raised to {rails} so each of the {rails} rails carries a ring" if cap > high else ""
     return [
