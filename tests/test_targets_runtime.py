@@ -15,7 +15,7 @@ from test_cli import AGG, SMALL, run
 from placer.emit.manifests import build_manifests, to_yaml
 from placer.emit.readback import load_placed
 from placer.emit.targets import TARGETS, dra
-from placer.emit.targets.nccl import instance_settings
+from placer.emit.targets.nccl import channel_settings, instance_settings
 from placer.model.errors import InputError
 from placer.model.load import load_cluster, load_spec
 from placer.model.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
@@ -66,31 +66,80 @@ def test_a100_pcie_across_sockets_sets_no_p2p_level_but_one_socket_does():
     assert within["NCCL_P2P_LEVEL"] == "PXB"
 
 
-def test_two_dgx_nodes_under_one_rack_stay_on_their_rails():
+def _two_dgx_in_one_rack() -> InstancePlacement:
     same_rack = [n for n in DGX.nodes if n.path["rack"] == "r001"][:2]  # NCCL reads links, not free GPUs
     assert len(same_rack) == 2
-    inst = _inst(*((n.name, list(range(8))) for n in same_rack))
-    got = _values(_spec(), DGX, inst)
-    # 8 rails of 50 GB/s for 8 GPUs: GPUDirect RDMA through the shared PCIe switch (PIX), one channel per rail.
+    return _inst(*((n.name, list(range(8))) for n in same_rack))
+
+
+def _cluster_with(tmp_path, **network) -> Path:
+    data = yaml.safe_load(SMALL.read_text())
+    data["fabric"]["network"] = {k: v for k, v in {**data["fabric"]["network"], **network}.items() if v is not None}
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_two_dgx_nodes_under_one_rack_stay_on_their_rails():
+    got = _values(_spec(), DGX, _two_dgx_in_one_rack())
+    # 8 rails of 50 GB/s for 8 GPUs: GPUDirect RDMA through the shared PCIe switch (PIX); a rail-optimised
+    # fabric under one leaf keeps each ring on its rail (NCCL docs' 0, not source 003's 1).
     assert got["NCCL_IB_HCA"] == "mlx5" and got["NCCL_NET_GDR_LEVEL"] == "PIX"
-    assert got["NCCL_CROSS_NIC"] == "0" and got["NCCL_MIN_NCHANNELS"] == "8"
+    assert got["NCCL_CROSS_NIC"] == "0"
     assert "NCCL_IB_GID_INDEX" not in got  # InfiniBand, not RoCE
 
 
-def test_nodes_in_different_leaves_may_cross_rails():
+def test_serving_and_training_profiles_take_source_003s_channel_ranges():
+    """Serving (the default): 2 channels at least, at most 4 raised to the 8 rails so no rail idles;
+    training: 8-16."""
+    inst = _two_dgx_in_one_rack()
+    serving = _values(_spec(), DGX, inst)
+    training = _values(_spec(nccl={"profile": "training"}), DGX, inst)
+    assert (serving["NCCL_MIN_NCHANNELS"], serving["NCCL_MAX_NCHANNELS"]) == ("2", "8")
+    assert (training["NCCL_MIN_NCHANNELS"], training["NCCL_MAX_NCHANNELS"]) == ("8", "16")
+    assert {k: v for k, v in serving.items() if "NCHANNELS" not in k} == {
+        k: v for k, v in training.items() if "NCHANNELS" not in k
+    }
+
+
+@pytest.mark.parametrize("profile", ["serving", "training"])
+@pytest.mark.parametrize("rails", [1, 2, 4, 8, 16, 64])
+def test_channel_ranges_are_ordered_and_within_nccls_limit(profile, rails):
+    got = {s.name: int(s.value) for s in channel_settings(profile, rails)}
+    low, high = got["NCCL_MIN_NCHANNELS"], got["NCCL_MAX_NCHANNELS"]
+    assert 1 <= low <= high <= 32
+    assert high >= min(rails, 32)  # every rail can carry a ring
+    assert low == (2 if profile == "serving" else 8)  # source 003's floor, whatever the rails
+
+
+def test_every_setting_cites_its_source():
+    inst = _two_dgx_in_one_rack()
+    for spec in (_spec(), _spec(nccl={"profile": "training"})):
+        for s in instance_settings(spec, DGX, inst):
+            assert s.reason.startswith(("NCCL 2.30 docs", "source 003", "CUDA docs")), s
+
+
+def test_nodes_in_different_leaves_leave_the_rail_choice_to_nccl():
     a = next(n for n in DGX.nodes if n.path["leaf"] == "su01")
     b = next(n for n in DGX.nodes if n.path["leaf"] == "su02")
-    assert _values(_spec(), DGX, _inst((a.name, list(range(8))), (b.name, list(range(8)))))["NCCL_CROSS_NIC"] == "1"
+    assert _values(_spec(), DGX, _inst((a.name, list(range(8))), (b.name, list(range(8)))))["NCCL_CROSS_NIC"] == "2"
 
 
-def test_roce_sets_the_rocev2_gid_index(tmp_path):
-    data = yaml.safe_load(SMALL.read_text())
-    data["fabric"]["network"]["kind"] = "ethernet"
-    path = tmp_path / "roce.yaml"
-    path.write_text(yaml.safe_dump(data))
-    topo = build_topology(load_cluster(path))
+def test_nics_on_one_switch_may_cross_and_one_nic_has_nothing_to_cross(tmp_path):
+    inst = _inst(("dgx-a", [0, 1]), ("dgx-b", [0, 1]))
+    shared = build_topology(load_cluster(_cluster_with(tmp_path, railOptimized=False)))
+    assert _values(_spec(), shared, inst)["NCCL_CROSS_NIC"] == "1"
+    single = build_topology(load_cluster(_cluster_with(tmp_path, railsPerNode=1)))
+    assert "NCCL_CROSS_NIC" not in _values(_spec(), single, inst)
+
+
+def test_roce_leaves_the_gid_index_to_nccl(tmp_path):
+    topo = build_topology(load_cluster(_cluster_with(tmp_path, kind="ethernet")))
     got = _values(_spec(), topo, _inst(("dgx-a", [0, 1]), ("dgx-b", [0, 1])))
-    assert got["NCCL_IB_GID_INDEX"] == "3" and got["NCCL_IB_HCA"] == "mlx5"
+    # NCCL >= 2.21 picks the RoCEv2 IPv4 GID itself; source 003's fixed 3 breaks when a pod's GID table differs.
+    assert "NCCL_IB_GID_INDEX" not in got and got["NCCL_IB_HCA"] == "mlx5"
+    reasons = {s.name: s.reason for s in instance_settings(_spec(), topo, _inst(("dgx-a", [0, 1]), ("dgx-b", [0, 1])))}
+    assert "over RoCE" in reasons["NCCL_IB_HCA"]
 
 
 def test_gb200_trays_of_one_rack_use_multi_node_nvlink():

@@ -29,24 +29,66 @@ class Link(_Model):
     latency_us: float = Field(ge=0, le=100_000)
 
 
+# Figures a network kind gets when the file gives none: (rail GB/s, leaf latency us, spine latency us).
+# InfiniBand NDR: 400 Gb/s = 50 GB/s a port, ~2 us under one leaf, ~5 us through the spine. RoCEv2 over
+# 100 GbE: 12.5 GB/s and ~50 us (source 003's interconnect table and ../shared/README.md); the spine adds
+# source 003's +3 us for the extra switch hop (its InfiniBand 2 -> 5 us). docs/DESIGN.md has the choice.
+NETWORK_DEFAULTS: dict[str, tuple[float, float, float]] = {
+    "infiniband": (50.0, 2.0, 5.0),
+    "ethernet": (12.5, 50.0, 53.0),
+}
+_NETWORK_FIELDS = {"rail_gbps": 0, "latency_us": 1}
+
+
 class Network(_Model):
-    """The scale-out network: one rail (NIC) per GPU on rail-optimised nodes."""
+    """The scale-out network: one rail (NIC) per GPU on rail-optimised nodes. Figures left out take the
+    kind's own defaults (``NETWORK_DEFAULTS``): ethernet must not silently borrow InfiniBand's."""
 
     kind: Literal["infiniband", "ethernet"] = "infiniband"
-    rail_gbps: float = Field(default=50.0, gt=0, le=10_000, description="One NIC port, GB/s (NDR 400G = 50).")
+    rail_gbps: float = Field(
+        default=50.0,
+        gt=0,
+        le=10_000,
+        description="One NIC port, GB/s. Default by kind: infiniband 50 (NDR 400G), ethernet 12.5 (100GbE).",
+    )
     rails_per_node: int = Field(default=8, ge=1, le=64)
-    latency_us: float = Field(default=2.0, ge=0, le=100_000, description="Between nodes under one leaf.")
+    latency_us: float = Field(
+        default=2.0,
+        ge=0,
+        le=100_000,
+        description="Between nodes under one leaf. Default by kind: infiniband 2, ethernet 50 (RoCEv2 100GbE).",
+    )
+    rail_optimized: bool = Field(
+        default=True,
+        description=(
+            "NIC i of every node goes to its own leaf switch (rail i), as in NVIDIA's reference fabrics; "
+            "false when all of a node's NICs share one switch. Decides NCCL_CROSS_NIC."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _kind_defaults(self) -> Network:
+        """Figures the file left out take the kind's defaults; they stay out of ``model_fields_set`` so
+        import summaries still list them as defaults to measure."""
+        figures = NETWORK_DEFAULTS[self.kind]
+        for name, i in _NETWORK_FIELDS.items():
+            if name not in self.model_fields_set:
+                object.__setattr__(self, name, figures[i])  # frozen model, still being built
+        return self
 
 
 class Spine(_Model):
     oversubscription: float = Field(
         default=1.0, ge=1, le=64, description="Leaf uplink oversubscription, e.g. 2 for 2:1."
     )
-    latency_us: float = Field(default=5.0, ge=0, le=100_000)
+    latency_us: float = Field(
+        default=5.0, ge=0, le=100_000, description="Default by network kind: infiniband 5, ethernet 53."
+    )
 
 
 class Fabric(_Model):
-    """Figures per link class (defaults: vendor figures in docs/DESIGN.md)."""
+    """Figures per link class (defaults: vendor figures in docs/DESIGN.md; the network's and the spine's
+    latency follow ``network.kind``)."""
 
     nvlink: Link = Link(bandwidth_gbps=900, latency_us=1.0)
     pcie: Link = Link(bandwidth_gbps=64, latency_us=1.5)
@@ -54,6 +96,20 @@ class Fabric(_Model):
     nvlink_domain: Link = Link(bandwidth_gbps=600, latency_us=1.5)
     network: Network = Network()
     spine: Spine = Spine()
+
+    @model_validator(mode="after")
+    def _spine_defaults(self) -> Fabric:
+        """A spine latency left out follows the network kind (an ethernet spine is not InfiniBand's)."""
+        latency = NETWORK_DEFAULTS[self.network.kind][2]
+        if "latency_us" in self.spine.model_fields_set or self.spine.latency_us == latency:
+            return self
+        spine = Spine.model_construct(
+            _fields_set=set(self.spine.model_fields_set),
+            oversubscription=self.spine.oversubscription,
+            latency_us=latency,
+        )
+        object.__setattr__(self, "spine", spine)  # a new Spine: the shared default is never changed
+        return self
 
 
 class GpuSpec(_Model):

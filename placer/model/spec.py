@@ -310,6 +310,13 @@ class Nccl(_Model):
     template env wins over both."""
 
     auto: bool = Field(default=True, description="Let placer choose NCCL settings from each instance's links.")
+    profile: Literal["serving", "training"] = Field(
+        default="serving",
+        description=(
+            "Workload the channel counts are tuned for: serving (2-4 channels, small latency-bound messages) "
+            "or training (8-16 channels, large gradient all-reduces); docs/TARGETS.md has the sources."
+        ),
+    )
     env: dict[str, str] = Field(default_factory=dict, description="Values that replace placer's choices.")
 
     @field_validator("env")

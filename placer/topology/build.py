@@ -173,6 +173,7 @@ def build_topology(spec: ClusterSpec) -> Topology:
         network_kind=spec.fabric.network.kind,
         rail_gbps=spec.fabric.network.rail_gbps,
         rails_per_node=spec.fabric.network.rails_per_node,
+        rail_optimized=spec.fabric.network.rail_optimized,
         spine_oversubscription=spec.fabric.spine.oversubscription,
         order=order,
         crossing=crossing,

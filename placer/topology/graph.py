@@ -86,6 +86,7 @@ class Topology:
     crossing: dict[str, tuple[float, float]]  # domain id -> (GB/s, us) between GPUs in different children
     measured: dict[str, str] = field(default_factory=dict)  # domain id -> source of its override figures
     level_labels: dict[str, str] = field(default_factory=dict)  # level -> node label key (file's topologyLabels)
+    rail_optimized: bool = True  # NIC i of every node on leaf switch i (fabric.network.railOptimized)
 
     def node_by_name(self, name: str) -> Node:
         idx = self._by_name.get(name)
