@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from placer.check.verify import Report
-from placer.emit.targets import nccl
+from placer.emit.targets import engines, nccl
 from placer.model import k8s
 from placer.model.errors import InputError
 from placer.model.levels import LEVEL_RANK
@@ -255,9 +255,11 @@ def engine_container(
     rank: int | None,
     claims: list[str] | None = None,
     settings: list[nccl.Setting] | None = None,
+    dynamo_worker: bool = False,
 ) -> dict[str, Any]:
     """The serving engine: the pool's template, ``gpus`` whole GPUs (or DRA ``claims``), placer's env
-    (``settings``: the NCCL values shared by several instances, when one template serves them all)."""
+    (``settings``: the NCCL values shared by several instances, when one template serves them all); with an
+    engine preset, placer's command and flags (``dynamo_worker``: as a Dynamo worker, ``--target dynamo``)."""
     t = ctx.spec.pools[inst.pool].template
     requests, limits = dict(t.resources.requests), dict(t.resources.limits)
     if gpus is not None:
@@ -275,6 +277,9 @@ def engine_container(
     if claims:
         resources["claims"] = [{"name": c} for c in claims]
     container: dict[str, Any] = {"name": "engine", "image": t.image, "env": env, "resources": resources}
+    preset = engines.engine_spec(ctx.spec, inst.pool, len(inst.pods), rank, dynamo_worker)
+    if preset is not None:  # template.engine: placer's command, flags, port and probes (engines.py)
+        return container | preset
     if t.command:
         container["command"] = list(t.command)
     if t.args:

@@ -150,7 +150,7 @@ def pod_clique_set(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
         assert rep.router is not None
         router_pod: dict[str, Any] = {
             "affinity": affinity([hostname(ctx.topo, rep.router)]),
-            "containers": [router_container(ctx)],
+            "containers": [router_container(ctx, rep.index)],
         }
         sched = ctx.scheduler(None)
         if sched:
