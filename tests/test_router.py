@@ -4,6 +4,8 @@ placeholders expanded per replica; under ``--target dynamo`` the frontend is Dyn
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -155,8 +157,15 @@ def test_router_spec_errors_name_the_field(tmp_path):
         "vllm/vllm-openai:v0.15.0", "example.com/engine:1"
     )
     path.write_text(custom)
-    with pytest.raises(InputError, match=r"router\.kind: give sglang, vllm, dynamo"):
-        load_spec(path)
+    spec = load_spec(path)  # placing needs no router kind ...
+    assert spec.router is not None and spec.router_kind is None
+    proc = subprocess.run(  # ... printing manifests does
+        [sys.executable, "-m", "placer", "solve", str(path), str(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2 and "router.kind: give sglang, vllm, dynamo" in proc.stderr and proc.stdout == ""
 
 
 def test_kind_is_inferred_from_the_engines():

@@ -241,7 +241,7 @@ class Router(_Model):
         description="sglang (SGLang's router, PD mode), vllm (vLLM's router, PD mode), dynamo (Dynamo's "
         "frontend, which discovers its workers), custom (image required; args may use {prefill_urls}, "
         "{decode_urls}, {worker_urls}, {prefill_hosts}, {decode_hosts}, {worker_hosts}, {port}). Default: the "
-        "engine preset the pools share (sglang or vllm).",
+        "engine every pool runs (sglang or vllm); manifests need it.",
     )
     image: str | None = Field(default=None, description="Overrides the kind's pinned image; required for custom.")
     command: list[str] = Field(default_factory=list, description="custom only: the router's command.")
@@ -430,11 +430,6 @@ class ServingTopology(_Model):
 
     @model_validator(mode="after")
     def _presets(self) -> ServingTopology:
-        if self.router is not None and self.router.kind is None:
-            raise ValueError(
-                "router.kind: give sglang, vllm, dynamo, or custom with router.image (placer infers it only when "
-                "every pool runs one engine, sglang or vllm, by template.engine or by its image's name)"
-            )
         for name in self.pools:
             engines.check_pool(self, name)
         kind = self.router_kind

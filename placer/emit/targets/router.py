@@ -19,6 +19,7 @@ from typing import Any
 
 from placer.emit.targets import engines
 from placer.emit.targets.common import Context, affinity, hostname, labels
+from placer.model.errors import InputError
 from placer.model.placement import ReplicaPlacement
 
 # Pinned router images (docs/TARGETS.md says where each tag comes from and when it was pinned).
@@ -103,7 +104,13 @@ def router_container(ctx: Context, replica: int, frontend: bool = False) -> dict
     """The router of ``replica``; ``frontend``: it becomes a Dynamo graph's frontend (``--target dynamo``),
     where only Dynamo's own frontend (or a custom one) finds the workers."""
     router = ctx.spec.router
-    assert router is not None and router.kind is not None
+    assert router is not None
+    if router.kind is None:  # placement needs no kind; the manifests do
+        raise InputError(
+            "router.kind: give sglang, vllm, dynamo, or custom with router.image, so that the manifests start "
+            "a real router (placer infers it only when every pool runs one engine, sglang or vllm, by "
+            "template.engine or by its image's name)"
+        )
     kind = router.kind
     if frontend and kind != "custom":
         kind = "dynamo"  # Dynamo's workers are found by Dynamo's frontend only, whatever router.kind says
