@@ -10,13 +10,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from k8s_acceptance import assert_accepted
 
 from placer.emit.manifests import build_manifests, to_yaml
-from placer.emit.targets import common, engines
+from placer.emit.targets import common
+from placer.model import engines
 from placer.model.errors import InputError
 from placer.model.load import load_cluster, load_spec
 from placer.model.spec import ServingTopology
@@ -28,7 +30,11 @@ from placer.topology.build import build_topology
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "presets"
 MODEL = "meta-llama/Llama-3.3-70B-Instruct"
-IMAGES = {"vllm": "vllm/vllm-openai:v0.15.0", "sglang": "lmsysorg/sglang:v0.5.5", "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:1.0.0"}
+IMAGES = {
+    "vllm": "vllm/vllm-openai:v0.15.0",
+    "sglang": "lmsysorg/sglang:v0.5.5",
+    "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:1.0.0",
+}
 TP_FLAG = {"vllm": "--tensor-parallel-size", "sglang": "--tp-size", "trtllm": "--tp_size"}
 PP_FLAG = {"vllm": "--pipeline-parallel-size", "sglang": "--pp-size", "trtllm": "--pp_size"}
 
@@ -204,7 +210,14 @@ def _write_with_args(tmp_path: Path, args: str, engine: str = "vllm") -> tuple[P
 def test_contradicting_tp_exits_2_with_file_and_line(tmp_path, engine, args):
     path, line = _write_with_args(tmp_path, args, engine)
     proc = subprocess.run(
-        [sys.executable, "-m", "placer", "solve", str(path), str(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml")],
+        [
+            sys.executable,
+            "-m",
+            "placer",
+            "solve",
+            str(path),
+            str(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"),
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -318,7 +331,9 @@ def test_parser_finds_tp_in_either_form(before, after, spelling, value, form):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(["--max-model-len", "8", "--tp", "-t", "--tensor-parallel", "x=--tp-size"]), max_size=8))
+@given(
+    st.lists(st.sampled_from(["--max-model-len", "8", "--tp", "-t", "--tensor-parallel", "x=--tp-size"]), max_size=8)
+)
 def test_parser_ignores_lookalikes(args):
     assert engines.flag_occurrences(args, TP, "vllm") == []
 

@@ -13,8 +13,9 @@ from k8s_acceptance import assert_accepted
 from test_engines import with_engine
 
 from placer.emit.manifests import build_manifests
-from placer.emit.targets import TARGETS, engines, router
+from placer.emit.targets import TARGETS, router
 from placer.emit.targets.common import Context
+from placer.model import engines
 from placer.model.errors import InputError
 from placer.model.load import load_cluster, load_spec
 from placer.model.spec import ServingTopology
@@ -117,7 +118,14 @@ def test_custom_router_expands_placeholders_with_every_host(disagg):
         "kind": "custom",
         "image": "example.com/my-router:1.2",
         "command": ["/router"],
-        "args": ["--prefill", "{prefill_urls}", "--decode={decode_urls}", "--hosts", "{prefill_hosts}", "--listen=:{port}"],
+        "args": [
+            "--prefill",
+            "{prefill_urls}",
+            "--decode={decode_urls}",
+            "--hosts",
+            "{prefill_hosts}",
+            "--listen=:{port}",
+        ],
         "env": [{"name": "MODE", "value": "pd"}],
         "near": {"pool": "decode", "level": "rack"},
     }
@@ -153,14 +161,23 @@ def test_router_spec_errors_name_the_field(tmp_path):
     with pytest.raises(InputError, match=r"sglang's router speaks to sglang engines"):
         load_spec(path)
     # no kind and nothing to infer it from: the spec must say
-    custom = text.replace("  kind: vllm ", "  #").replace("engine: vllm", "engine: custom").replace(
-        "vllm/vllm-openai:v0.15.0", "example.com/engine:1"
+    custom = (
+        text.replace("  kind: vllm ", "  #")
+        .replace("engine: vllm", "engine: custom")
+        .replace("vllm/vllm-openai:v0.15.0", "example.com/engine:1")
     )
     path.write_text(custom)
     spec = load_spec(path)  # placing needs no router kind ...
     assert spec.router is not None and spec.router_kind is None
     proc = subprocess.run(  # ... printing manifests does
-        [sys.executable, "-m", "placer", "solve", str(path), str(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml")],
+        [
+            sys.executable,
+            "-m",
+            "placer",
+            "solve",
+            str(path),
+            str(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"),
+        ],
         capture_output=True,
         text=True,
         check=False,

@@ -12,8 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from placer.emit.targets import engines
-from placer.model import API_VERSION, k8s
+from placer.model import API_VERSION, engines, k8s
 from placer.model.k8s import CpuQuantity, MemoryQuantity, field_alias
 from placer.model.levels import LEVEL_RANK, Level
 
@@ -169,7 +168,9 @@ class ContainerTemplate(_Model):
     @model_validator(mode="after")
     def _preset(self) -> ContainerTemplate:
         if self.engine != "custom" and self.model is None:
-            raise ValueError(f"model: engine {self.engine} needs the model to serve (e.g. meta-llama/Llama-3.3-70B-Instruct)")
+            raise ValueError(
+                f"model: engine {self.engine} needs the model to serve (e.g. meta-llama/Llama-3.3-70B-Instruct)"
+            )
         return self
 
 

@@ -14,8 +14,8 @@ from functools import cached_property
 from typing import Any
 
 from placer.check.verify import Report
-from placer.emit.targets import engines, nccl
-from placer.model import k8s
+from placer.emit.targets import nccl
+from placer.model import engines, k8s
 from placer.model.errors import InputError
 from placer.model.levels import LEVEL_RANK
 from placer.model.placement import InstancePlacement, Pod, ReplicaPlacement

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from placer.emit.targets import engines
 from placer.emit.targets.common import Context, affinity, hostname, labels
+from placer.model import engines
 from placer.model.errors import InputError
 from placer.model.placement import ReplicaPlacement
 
