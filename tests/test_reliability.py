@@ -164,6 +164,8 @@ def test_import_name_with_a_trailing_newline_is_refused() -> None:
 def test_whitespace_in_args_command_and_env_is_kept_as_written(tmp_path: Path) -> None:
     spec = yaml.safe_load(SPEC.read_text())
     template = spec["pools"]["aggregated"]["template"]
+    template["engine"] = "custom"  # the user's command, verbatim (a preset writes its own)
+    template.pop("model", None)
     template["command"] = ["  python3", "-m "]
     template["args"] = [" x ", "--flag", "\ttabbed"]
     template["env"] = [{"name": "PADDED", "value": "  two spaces  "}]

@@ -8,15 +8,27 @@ generated from these classes (``placer schema``).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from placer.model import API_VERSION, k8s
+from placer.model import API_VERSION, engines, k8s
 from placer.model.k8s import CpuQuantity, MemoryQuantity, field_alias
 from placer.model.levels import LEVEL_RANK, Level
 
 Role = Literal["prefill", "decode", "aggregated"]
+Engine = Literal["vllm", "sglang", "trtllm", "custom"]
+RouterKind = Literal["sglang", "vllm", "dynamo", "custom"]
+# Router placeholders (router.args, router.command): lists of the replica's engine endpoints, or one value.
+ROUTER_PLACEHOLDERS = (
+    "prefill_urls",
+    "decode_urls",
+    "worker_urls",
+    "prefill_hosts",
+    "decode_hosts",
+    "worker_hosts",
+    "port",
+)
 DEFAULT_DECODE_TOKENS = 256  # a decode batch's tokens per forward pass when the spec does not say
 
 
@@ -123,6 +135,15 @@ class Port(_Model):
 
 
 class ContainerTemplate(_Model):
+    engine: Engine = Field(
+        default="custom",
+        description="vllm, sglang or trtllm: placer writes the command and the flags that follow from the spec "
+        "and the placement (parallel sizes, role, KV transfer, port, multi-node rendezvous) and refuses args "
+        "contradicting them; custom: command and args as given (docs/TARGETS.md, engine presets).",
+    )
+    model: str | None = Field(
+        default=None, description="Model the engine serves (Hugging Face id or path in the pod); presets need it."
+    )
     image: str
     command: list[str] = Field(default_factory=list)
     args: list[str] = Field(default_factory=list)
@@ -136,6 +157,21 @@ class ContainerTemplate(_Model):
         if len(v) > 512 or not k8s.IMAGE_REF.fullmatch(v):
             raise ValueError(f"image {v!r} is not an image reference like registry/org/name:tag")
         return v
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str | None) -> str | None:
+        if v is not None and (not v or len(v) > 512 or any(c.isspace() or not c.isprintable() for c in v)):
+            raise ValueError(f"model {v[:60]!r} must be a Hugging Face id or a path, without spaces (at most 512)")
+        return v
+
+    @model_validator(mode="after")
+    def _preset(self) -> ContainerTemplate:
+        if self.engine != "custom" and self.model is None:
+            raise ValueError(
+                f"model: engine {self.engine} needs the model to serve (e.g. meta-llama/Llama-3.3-70B-Instruct)"
+            )
+        return self
 
 
 class Pool(_Model):
@@ -198,10 +234,20 @@ class RouterNear(_Model):
 
 
 class Router(_Model):
-    """The request router (one per replica): a CPU pod placed near a pool, with a Service in front."""
+    """The request router (one per replica): a real router image started with its command, told the
+    replica's prefill and decode endpoints, placed near a pool, with probes and a Service in front."""
 
-    image: str = "ghcr.io/placer/router:latest"
-    args: list[str] = Field(default_factory=list)
+    kind: RouterKind | None = Field(
+        default=None,
+        description="sglang (SGLang's router, PD mode), vllm (vLLM's router, PD mode), dynamo (Dynamo's "
+        "frontend, which discovers its workers), custom (image required; args may use {prefill_urls}, "
+        "{decode_urls}, {worker_urls}, {prefill_hosts}, {decode_hosts}, {worker_hosts}, {port}). Default: the "
+        "engine every pool runs (sglang or vllm); manifests need it.",
+    )
+    image: str | None = Field(default=None, description="Overrides the kind's pinned image; required for custom.")
+    command: list[str] = Field(default_factory=list, description="custom only: the router's command.")
+    args: list[str] = Field(default_factory=list, description="Added after the preset's flags (placeholders expanded).")
+    env: list[EnvVar] = Field(default_factory=list)
     port: int = Field(default=8000, ge=1, le=65535)
     cpu: CpuQuantity = "2"
     memory: MemoryQuantity = "4Gi"
@@ -212,8 +258,24 @@ class Router(_Model):
 
     @field_validator("image")
     @classmethod
-    def _image(cls, v: str) -> str:
-        return ContainerTemplate._image(v)
+    def _image(cls, v: str | None) -> str | None:
+        return None if v is None else ContainerTemplate._image(v)
+
+    @model_validator(mode="after")
+    def _custom(self) -> Router:
+        if self.kind == "custom" and self.image is None:
+            raise ValueError("image: router kind custom needs the router's image")
+        if self.command and self.kind != "custom":
+            raise ValueError(f"command: router kind {self.kind} writes the command; remove it or use kind: custom")
+        for where, values in (("args", self.args), ("command", self.command)):
+            for k, arg in enumerate(values):
+                unknown = [p for p in engines.placeholders(arg) if p not in ROUTER_PLACEHOLDERS]
+                if unknown:
+                    raise ValueError(
+                        f"{where}[{k}]: unknown placeholder {{{unknown[0]}}}; known: "
+                        + ", ".join("{" + p + "}" for p in ROUTER_PLACEHOLDERS)
+                    )
+        return self
 
 
 class Spread(_Model):
@@ -354,6 +416,46 @@ class ServingTopology(_Model):
                 raise ValueError(f"pool {name!r}: give role (prefill, decode or aggregated)")
         return pools
 
+    @model_validator(mode="before")
+    @classmethod
+    def _router_kind(cls, data: Any) -> Any:
+        """router.kind when not given: the router of the engine every pool runs (its preset, else the
+        engine image's name: vllm or sglang), so a spec naming one engine gets that engine's router."""
+        if not isinstance(data, dict) or not isinstance(data.get("router"), dict) or data["router"].get("kind"):
+            return data
+        pools = data.get("pools")
+        if not isinstance(pools, dict) or not pools:
+            return data
+        found = {_engine_family(pool) for pool in pools.values()}
+        if len(found) == 1 and (kind := found.pop()) in ("sglang", "vllm"):
+            data = dict(data)
+            data["router"] = dict(data["router"], kind=kind)
+        return data
+
+    @property
+    def router_kind(self) -> RouterKind | None:
+        return None if self.router is None else self.router.kind
+
+    @model_validator(mode="after")
+    def _presets(self) -> ServingTopology:
+        for name in self.pools:
+            engines.check_pool(self, name)
+        kind = self.router_kind
+        if kind in ("sglang", "vllm"):
+            roles = {self.role_of(p) for p in self.pools}
+            if "prefill" in roles and "decode" not in roles or "decode" in roles and "prefill" not in roles:
+                raise ValueError(
+                    f"router.kind: {kind}'s router in PD mode needs both a prefill and a decode pool (roles here: "
+                    f"{sorted(roles)})"
+                )
+            other = sorted(p for p, pool in self.pools.items() if pool.template.engine not in ("custom", kind))
+            if other:
+                raise ValueError(
+                    f"router.kind: {kind}'s router speaks to {kind} engines, but pools {other} run "
+                    f"{self.pools[other[0]].template.engine}: use that engine's router kind, or custom"
+                )
+        return self
+
     @model_validator(mode="after")
     def _references(self) -> ServingTopology:
         if self.min_replicas is not None and self.min_replicas > self.replicas:
@@ -385,3 +487,18 @@ class ServingTopology(_Model):
     def replicas_floor(self) -> int:
         """Fewest complete replicas acceptable; all of them unless minReplicas says otherwise."""
         return self.replicas if self.min_replicas is None else self.min_replicas
+
+
+def _engine_family(pool: Any) -> str | None:
+    """sglang / vllm / trtllm / None: a raw pool's engine preset, else what its image's name says."""
+    template = pool.get("template") if isinstance(pool, dict) else None
+    if not isinstance(template, dict):
+        return None
+    engine = template.get("engine")
+    if engine and engine != "custom":
+        return str(engine)
+    image = template.get("image")
+    if not isinstance(image, str):
+        return None
+    name = image.rsplit("/", 1)[-1].split(":")[0].lower()
+    return next((family for family in ("sglang", "vllm") if family in name), None)

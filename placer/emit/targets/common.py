@@ -15,7 +15,7 @@ from typing import Any
 
 from placer.check.verify import Report
 from placer.emit.targets import nccl
-from placer.model import k8s
+from placer.model import engines, k8s
 from placer.model.errors import InputError
 from placer.model.levels import LEVEL_RANK
 from placer.model.placement import InstancePlacement, Pod, ReplicaPlacement
@@ -257,10 +257,12 @@ def engine_container(
     claims: list[str] | None = None,
     settings: list[nccl.Setting] | None = None,
     leader: str | None = None,
+    dynamo_worker: bool = False,
 ) -> dict[str, Any]:
     """The serving engine: the pool's template, ``gpus`` whole GPUs (or DRA ``claims``), placer's env
     (``settings``: the NCCL values shared by several instances, when one template serves them all; ``rank``:
-    the pod's rank, or a pod label its controller sets; ``leader``: the leader's DNS name)."""
+    the pod's rank, or a pod label its controller sets; ``leader``: the leader's DNS name); with an engine
+    preset, placer's command and flags (``dynamo_worker``: as a Dynamo worker, ``--target dynamo``)."""
     t = ctx.spec.pools[inst.pool].template
     requests, limits = dict(t.resources.requests), dict(t.resources.limits)
     if gpus is not None:
@@ -275,6 +277,10 @@ def engine_container(
     if claims:
         resources["claims"] = [{"name": c} for c in claims]
     container: dict[str, Any] = {"name": "engine", "image": t.image, "env": env, "resources": resources}
+    own_rank = rank if isinstance(rank, int) else None  # a label name: one template for several ranks
+    preset = engines.engine_spec(ctx.spec, inst.pool, len(inst.pods), own_rank, dynamo_worker)
+    if preset is not None:  # template.engine: placer's command, flags, port and probes (engines.py)
+        return container | preset
     if t.command:
         container["command"] = list(t.command)
     if t.args:
@@ -342,70 +348,6 @@ def engine_pod_metadata(
         "labels": instance_labels(ctx.spec, rep.index, inst) | (extra_labels or {}),
         "annotations": pod_annotations(ctx, rep.index, inst, inst.pods[j]) | (extra_annotations or {}),
     }
-
-
-def stateful_set(ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement, j: int, pod: dict) -> dict[str, Any]:
-    """A placed pod under a controller: a StatefulSet of one whose template is the pinned ``pod``.
-
-    A deleted, evicted or lost pod comes back with the same name, node affinity, GPU count and gang label,
-    without placer. A StatefulSet rather than a Deployment because it never runs two copies at once (a
-    Deployment's surge would ask for the GPUs twice, on a node that has them once) and it gives the pod a
-    stable DNS name under the pool's headless Service, which the router and a multi-node leader need. The
-    StatefulSet's own labels are placer's only: a scheduler's queue label there would make an integration
-    (Kueue's ``statefulset``) manage the StatefulSet as a workload of its own."""
-    meta = pod["metadata"]
-    name = meta["name"]
-    dns_label(f"{name}-0", "pod name")  # the StatefulSet's pod: <name>-0
-    own = instance_labels(ctx.spec, rep.index, inst) | {RANK_LABEL: str(j)}
-    selector = {k: own[k] for k in ("app.kubernetes.io/instance", "placer.dev/pool", "placer.dev/instance", RANK_LABEL)}
-    notes = {k: v for k, v in meta["annotations"].items() if k.startswith("placer.dev/")}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": meta["namespace"], "labels": own, "annotations": notes},
-        "spec": {
-            "replicas": 1,
-            "serviceName": pool_service_name(ctx, rep.index, inst.pool),
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": selector},
-            "template": {
-                "metadata": {"labels": meta["labels"] | {RANK_LABEL: str(j)}, "annotations": meta["annotations"]},
-                "spec": pod["spec"],
-            },
-        },
-    }
-
-
-def pool_services(ctx: Context, rep: ReplicaPlacement) -> list[dict[str, Any]]:
-    """Per pool of the replica, the headless Service over its pods: it gives every engine pod a DNS name
-    (the router's URLs, a multi-node instance's leader address) and lists the pool's endpoints. Addresses
-    are published before pods are ready, since a multi-node instance's leader is not ready until its
-    workers have joined it."""
-    out = []
-    for pool in sorted({i.pool for i in rep.instances}):
-        template = ctx.spec.pools[pool].template
-        service: dict[str, Any] = {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": {"app.kubernetes.io/instance": ctx.gang_name(rep.index), "placer.dev/pool": pool},
-        }
-        if template.ports:
-            service["ports"] = [
-                {"name": p.name, "port": p.container_port, "targetPort": p.name} for p in template.ports
-            ]
-        out.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {
-                    "name": pool_service_name(ctx, rep.index, pool),
-                    "namespace": ctx.namespace,
-                    "labels": labels(ctx.spec, rep.index, ctx.spec.role_of(pool)) | {"placer.dev/pool": pool},
-                },
-                "spec": service,
-            }
-        )
-    return out
 
 
 def leader_split(inst: InstancePlacement) -> tuple[int, list[int]] | None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from placer.emit.targets.common import GROUP_LABEL, Context, engine_pod, pool_services, replica_pods, stateful_set
+from placer.emit.targets.common import GROUP_LABEL, Context, engine_pod, replica_pods
+from placer.emit.targets.controllers import pool_services, stateful_set
 from placer.emit.targets.router import router_docs
 from placer.model.placement import ReplicaPlacement
 

@@ -34,9 +34,8 @@ from placer.emit.targets.common import (
     instance_labels,
     pod_name,
     pod_spec,
-    pool_services,
-    stateful_set,
 )
+from placer.emit.targets.controllers import pool_services, stateful_set
 from placer.emit.targets.router import router_docs
 from placer.model.errors import InputError
 from placer.model.placement import InstancePlacement, Pod, ReplicaPlacement

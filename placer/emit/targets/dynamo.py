@@ -101,7 +101,7 @@ def _pool_component(ctx: Context, rep: ReplicaPlacement, pool: str, members: lis
     if ctx.nccl:
         each = [instance_settings(ctx.spec, ctx.topo, inst) for inst in members]
         shared = [s for s in each[0] if all(s in other for other in each[1:])]
-    container = engine_container(ctx, members[0], gpus, None, settings=shared)
+    container = engine_container(ctx, members[0], gpus, None, settings=shared, dynamo_worker=True)
     container["name"] = MAIN
     flag = backend(container["image"])[1]
     tp = ctx.spec.pools[pool].tensor_parallel
@@ -144,7 +144,7 @@ def _pool_component(ctx: Context, rep: ReplicaPlacement, pool: str, members: lis
 
 def _frontend(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
     assert rep.router is not None
-    container = router_container(ctx)
+    container = router_container(ctx, rep.index, frontend=True)
     container["name"] = MAIN
     spec: dict[str, Any] = {"affinity": affinity([hostname(ctx.topo, rep.router)]), "containers": [container]}
     sched = ctx.scheduler(None)

@@ -42,8 +42,8 @@ from placer.emit.targets.common import (
     labels,
     pod_annotations,
     pod_spec,
-    pool_services,
 )
+from placer.emit.targets.controllers import pool_services
 from placer.emit.targets.nccl import instance_settings
 from placer.emit.targets.router import router_container, router_service
 from placer.model.errors import InputError
@@ -178,7 +178,7 @@ def pod_clique_set(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
         assert rep.router is not None
         router_pod: dict[str, Any] = {
             "affinity": affinity([hostname(ctx.topo, rep.router)]),
-            "containers": [router_container(ctx)],
+            "containers": [router_container(ctx, rep.index)],
         }
         sched = ctx.scheduler(None)
         if sched:

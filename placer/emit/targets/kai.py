@@ -29,10 +29,9 @@ from placer.emit.targets.common import (
     Context,
     cluster_labels,
     engine_pod,
-    pool_services,
     replica_pods,
-    stateful_set,
 )
+from placer.emit.targets.controllers import pool_services, stateful_set
 from placer.emit.targets.router import router_docs
 from placer.model.levels import LEVEL_RANK
 from placer.model.placement import InstancePlacement, ReplicaPlacement

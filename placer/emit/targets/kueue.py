@@ -38,9 +38,9 @@ from placer.emit.targets.common import (
     pod_name,
     pod_spec,
     pool_service_name,
-    pool_services,
     replica_pods,
 )
+from placer.emit.targets.controllers import pool_services
 from placer.emit.targets.router import router_docs
 from placer.model.levels import LEVEL_RANK
 from placer.model.placement import InstancePlacement, ReplicaPlacement

@@ -29,8 +29,8 @@ from placer.emit.targets.common import (
     leader_split,
     pod_annotations,
     pod_spec,
-    pool_services,
 )
+from placer.emit.targets.controllers import pool_services
 from placer.emit.targets.router import router_docs
 from placer.model.errors import InputError
 from placer.model.placement import InstancePlacement, ReplicaPlacement
@@ -63,7 +63,8 @@ def _template(
 ) -> dict[str, Any]:
     first = inst.pods[pods[0]]
     hosts = [hostname(ctx.topo, inst.pods[j].node) for j in pods]
-    container = engine_container(ctx, inst, len(first.gpus), WORKER_INDEX, leader=lws_leader_host(ctx, rep.index, inst))
+    rank = 0 if role == "leader" else WORKER_INDEX  # workers share a template: their rank is LWS's label
+    container = engine_container(ctx, inst, len(first.gpus), rank, leader=lws_leader_host(ctx, rep.index, inst))
     spec = pod_spec(ctx, container, hosts, scheduler)
     spec["affinity"] |= anti_affinity(ctx, rep.index, inst)
     labels = instance_labels(ctx.spec, rep.index, inst) | {GROUP_LABEL: group, "placer.dev/lws-role": role}

@@ -1,25 +1,141 @@
-"""The router of each replica: a CPU pod placed near a pool, and the Service in front of it."""
+"""The router of each replica: a real router image started with its real command, told where the replica's
+prefill and decode engines are (``Context.pool_hosts``), placed near a pool, with probes and a Service.
+
+``router.kind`` (docs/TARGETS.md, "Router presets", cites each command and image):
+
+- ``sglang``: SGLang's router (``python3 -m sglang_router.launch_router``) in PD mode, each prefill URL with
+  its bootstrap port; an aggregated deployment gets ``--worker-urls``.
+- ``vllm``: vLLM's router (``vllm-router``) in PD mode (``--vllm-pd-disaggregation``), or ``--worker-urls``.
+- ``dynamo``: Dynamo's frontend (``python3 -m dynamo.frontend``), which discovers its workers itself
+  (Kubernetes discovery under Dynamo's operator, etcd/NATS otherwise: ``router.env``); no URLs.
+- ``custom``: ``router.image`` with ``router.command``/``router.args``, placeholders expanded per replica.
+
+The image is pinned per kind (``ROUTER_IMAGES``); ``router.image`` overrides it.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from placer.emit.targets.common import Context, affinity, hostname, labels
+from placer.model import engines
+from placer.model.errors import InputError
 from placer.model.placement import ReplicaPlacement
 
+# Pinned router images (docs/TARGETS.md says where each tag comes from and when it was pinned).
+ROUTER_IMAGES = {
+    "sglang": "lmsysorg/sglang:v0.5.5",
+    "vllm": "vllm/vllm-router:v0.1.17",
+    "dynamo": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.0",
+}
+ROUTER_COMMAND = {
+    "sglang": ["python3", "-m", "sglang_router.launch_router"],
+    "vllm": ["vllm-router"],
+    "dynamo": ["python3", "-m", "dynamo.frontend"],
+}
+ROLE_KEYS = {"prefill": "prefill", "decode": "decode", "aggregated": "worker"}
 
-def router_container(ctx: Context) -> dict[str, Any]:
+
+def endpoints(ctx: Context, replica: int) -> dict[str, list[str]]:
+    """Placeholder values of one replica: the engines' hosts and ``http://host:port`` URLs per role (pools
+    in name order, instances in index order), and the router's port."""
+    out: dict[str, list[str]] = {f"{key}_{kind}": [] for key in ROLE_KEYS.values() for kind in ("hosts", "urls")}
+    for pool in sorted(ctx.spec.pools):
+        key = ROLE_KEYS[ctx.spec.role_of(pool)]
+        port = engines.engine_port(ctx.spec.pools[pool].template)
+        hosts = ctx.pool_hosts(replica, pool)
+        out[f"{key}_hosts"] += hosts
+        out[f"{key}_urls"] += [f"http://{h}:{port}" for h in hosts]
+    out["port"] = [str(ctx.spec.router.port if ctx.spec.router else 8000)]
+    return out
+
+
+def _prefill_bootstrap(ctx: Context, replica: int) -> list[str]:
+    """SGLang's ``--prefill URL BOOTSTRAP_PORT`` per prefill instance (a custom engine: the URL alone)."""
+    out: list[str] = []
+    for pool in sorted(ctx.spec.pools):
+        if ctx.spec.role_of(pool) != "prefill":
+            continue
+        t = ctx.spec.pools[pool].template
+        port = engines.engine_port(t)
+        for host in ctx.pool_hosts(replica, pool):
+            out += ["--prefill", f"http://{host}:{port}"]
+            if t.engine == "sglang":
+                out.append(str(engines.SGLANG_BOOTSTRAP_PORT))
+    return out
+
+
+def preset_args(ctx: Context, replica: int) -> list[str]:
+    """The preset's flags for one replica: where the workers are, where the router listens."""
+    router = ctx.spec.router
+    assert router is not None and router.kind is not None
+    ep = endpoints(ctx, replica)
+    listen = ["--host", "0.0.0.0", "--port", str(router.port)]
+    pd = bool(ep["prefill_urls"] or ep["decode_urls"])
+    if router.kind == "sglang":
+        if pd:
+            decode = [a for url in ep["decode_urls"] for a in ("--decode", url)]
+            return ["--pd-disaggregation", *_prefill_bootstrap(ctx, replica), *decode, *listen]
+        return ["--worker-urls", *ep["worker_urls"], *listen]
+    # vllm
+    if pd:
+        prefill = [a for url in ep["prefill_urls"] for a in ("--prefill", url)]
+        decode = [a for url in ep["decode_urls"] for a in ("--decode", url)]
+        return ["--vllm-pd-disaggregation", *prefill, *decode, *listen]
+    return ["--worker-urls", *ep["worker_urls"], *listen]
+
+
+def router_probes(kind: str) -> dict[str, Any]:
+    """Readiness on the router's health endpoint (it reports the workers it reaches), liveness on the
+    process alone, so that a router waiting for engines that are still loading is not restarted."""
+    alive: dict[str, Any] = {"tcpSocket": {"port": "http"}}
+    if kind == "dynamo":
+        alive = {"httpGet": {"path": "/live", "port": "http"}}  # the frontend's own liveness (workers aside)
+    ready: dict[str, Any] = {"httpGet": {"path": "/health", "port": "http"}}
+    if kind == "custom":
+        ready = {"tcpSocket": {"port": "http"}}
+    return {
+        "readinessProbe": ready | {"periodSeconds": 10, "failureThreshold": 3},
+        "livenessProbe": alive | {"periodSeconds": 20, "failureThreshold": 3},
+    }
+
+
+def router_container(ctx: Context, replica: int, frontend: bool = False) -> dict[str, Any]:
+    """The router of ``replica``; ``frontend``: it becomes a Dynamo graph's frontend (``--target dynamo``),
+    where only Dynamo's own frontend (or a custom one) finds the workers."""
     router = ctx.spec.router
     assert router is not None
-    container: dict[str, Any] = {
-        "name": "router",
-        "image": router.image,
-        "ports": [{"name": "http", "containerPort": router.port}],
-        "resources": {"requests": {"cpu": router.cpu, "memory": router.memory}},
-    }
-    if router.args:
-        container["args"] = list(router.args)
-    return container
+    if router.kind is None:  # placement needs no kind; the manifests do
+        raise InputError(
+            "router.kind: give sglang, vllm, dynamo, or custom with router.image, so that the manifests start "
+            "a real router (placer infers it only when every pool runs one engine, sglang or vllm, by "
+            "template.engine or by its image's name)"
+        )
+    kind = router.kind
+    if frontend and kind != "custom":
+        kind = "dynamo"  # Dynamo's workers are found by Dynamo's frontend only, whatever router.kind says
+    values = endpoints(ctx, replica)
+    if kind == "dynamo":
+        command = list(ROUTER_COMMAND["dynamo"])
+        args = ["--http-port", str(router.port)] + engines.expand(list(router.args), values)
+    elif kind == "custom":
+        command = engines.expand(list(router.command), values)
+        args = engines.expand(list(router.args), values)
+    else:
+        command = list(ROUTER_COMMAND[kind])
+        args = preset_args(ctx, replica) + engines.expand(list(router.args), values)
+    # router.image overrides the kind's image; a sglang/vllm router turned Dynamo frontend takes Dynamo's.
+    image = router.image if router.image and kind == router.kind else ROUTER_IMAGES.get(kind)
+    container: dict[str, Any] = {"name": "router", "image": image}
+    if command:
+        container["command"] = command
+    if args:
+        container["args"] = args
+    if router.env:
+        container["env"] = [{"name": e.name, "value": e.value} for e in router.env]
+    container["ports"] = [{"name": "http", "containerPort": router.port}]
+    container["resources"] = {"requests": {"cpu": router.cpu, "memory": router.memory}}
+    return container | router_probes(kind)
 
 
 def router_selector(ctx: Context, replica: int) -> dict[str, str]:
@@ -60,7 +176,10 @@ def router_docs(ctx: Context, rep: ReplicaPlacement, pod_labels: dict[str, str] 
             "selector": {"matchLabels": router_selector(ctx, rep.index)},
             "template": {
                 "metadata": {"labels": lab | (pod_labels or {})},
-                "spec": {"affinity": affinity([hostname(ctx.topo, rep.router)]), "containers": [router_container(ctx)]},
+                "spec": {
+                    "affinity": affinity([hostname(ctx.topo, rep.router)]),
+                    "containers": [router_container(ctx, rep.index)],
+                },
             },
         },
     }

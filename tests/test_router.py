@@ -1,0 +1,218 @@
+"""Router presets (``router.kind``): a real image with its real command, told every prefill and decode
+endpoint of its replica (``Context.pool_hosts``), with probes and a Service; custom routers get their
+placeholders expanded per replica; under ``--target dynamo`` the frontend is Dynamo's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from k8s_acceptance import assert_accepted
+from test_engines import with_engine
+
+from placer.emit.manifests import build_manifests
+from placer.emit.targets import TARGETS, router
+from placer.emit.targets.common import Context
+from placer.model import engines
+from placer.model.errors import InputError
+from placer.model.load import load_cluster, load_spec
+from placer.model.spec import ServingTopology
+from placer.pipeline import verify_placement
+from placer.solver.problem import build_problem
+from placer.solver.solve import SolveOptions, solve
+from placer.topology.build import build_topology
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def disagg():
+    spec = load_spec(ROOT / "fixtures" / "specs" / "llama-70b-disagg.yaml")
+    topo = build_topology(load_cluster(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"))
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    return spec, topo, placement, verify_placement(spec, topo, placement)
+
+
+def routers(docs: list[dict]) -> list[dict]:
+    return [
+        c
+        for d in docs
+        if d["kind"] == "Deployment"
+        for c in d["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "router"
+    ]
+
+
+def after(args: list[str], flag: str) -> list[str]:
+    """The value following each occurrence of ``flag``."""
+    return [args[k + 1] for k, a in enumerate(args) if a == flag]
+
+
+def expected_urls(spec: ServingTopology, ctx: Context, replica: int, role: str) -> list[str]:
+    return [
+        f"http://{host}:{engines.engine_port(spec.pools[pool].template)}"
+        for pool in sorted(spec.pools)
+        if spec.role_of(pool) == role
+        for host in ctx.pool_hosts(replica, pool)
+    ]
+
+
+def test_quick_start_router_is_told_where_its_workers_are(disagg):
+    spec, topo, placement, report = disagg
+    assert spec.router_kind == "vllm"
+    docs = build_manifests(spec, topo, placement, report, target="coscheduling")
+    assert_accepted(docs)
+    ctx = Context(spec, topo, placement, report)
+    (container,) = routers(docs)
+    assert container["image"] == router.ROUTER_IMAGES["vllm"] and container["command"] == ["vllm-router"]
+    args = container["args"]
+    assert "--vllm-pd-disaggregation" in args
+    prefill, decode = expected_urls(spec, ctx, 0, "prefill"), expected_urls(spec, ctx, 0, "decode")
+    assert after(args, "--prefill") == prefill and after(args, "--decode") == decode
+    assert len(prefill) == spec.pools["prefill"].instances and len(decode) == spec.pools["decode"].instances
+    assert after(args, "--port") == [str(spec.router.port)]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert "tcpSocket" in container["livenessProbe"]  # a router waiting for loading engines stays up
+    service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-router"))
+    assert service["spec"]["ports"][0]["port"] == spec.router.port
+
+
+def test_sglang_router_gets_each_prefill_with_its_bootstrap_port(disagg):
+    base, topo, placement, report = disagg
+    spec = with_engine(base, "sglang")
+    docs = build_manifests(spec, topo, placement, report, target="coscheduling")
+    ctx = Context(spec, topo, placement, report)
+    (container,) = routers(docs)
+    assert container["command"] == ["python3", "-m", "sglang_router.launch_router"]
+    args = container["args"]
+    assert args[0] == "--pd-disaggregation"
+    prefill = expected_urls(spec, ctx, 0, "prefill")
+    assert after(args, "--prefill") == prefill
+    assert [args[k + 2] for k, a in enumerate(args) if a == "--prefill"] == [str(engines.SGLANG_BOOTSTRAP_PORT)] * len(
+        prefill
+    )
+    assert after(args, "--decode") == expected_urls(spec, ctx, 0, "decode")
+
+
+def test_aggregated_router_gets_worker_urls():
+    spec = load_spec(ROOT / "fixtures" / "specs" / "aggregated-tp8.yaml")
+    topo = build_topology(load_cluster(ROOT / "fixtures" / "clusters" / "small-mixed.yaml"))
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    report = verify_placement(spec, topo, placement)
+    docs = build_manifests(spec, topo, placement, report, target="coscheduling")
+    ctx = Context(spec, topo, placement, report)
+    found = routers(docs)
+    assert len(found) == len(placement.replicas)
+    for rep, container in zip(sorted(placement.replicas, key=lambda r: r.index), found, strict=True):
+        args = container["args"]
+        workers = args[1 : args.index("--host")]
+        assert args[0] == "--worker-urls" and workers == expected_urls(spec, ctx, rep.index, "aggregated")
+
+
+def test_custom_router_expands_placeholders_with_every_host(disagg):
+    base, topo, placement, report = disagg
+    data = base.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    data["router"] = {
+        "kind": "custom",
+        "image": "example.com/my-router:1.2",
+        "command": ["/router"],
+        "args": [
+            "--prefill",
+            "{prefill_urls}",
+            "--decode={decode_urls}",
+            "--hosts",
+            "{prefill_hosts}",
+            "--listen=:{port}",
+        ],
+        "env": [{"name": "MODE", "value": "pd"}],
+        "near": {"pool": "decode", "level": "rack"},
+    }
+    spec = ServingTopology.model_validate(data)
+    docs = build_manifests(spec, topo, placement, report, target="coscheduling")
+    assert_accepted(docs)
+    ctx = Context(spec, topo, placement, report)
+    (container,) = routers(docs)
+    prefill_hosts = [h for p in sorted(spec.pools) if p == "prefill" for h in ctx.pool_hosts(0, p)]
+    prefill, decode = expected_urls(spec, ctx, 0, "prefill"), expected_urls(spec, ctx, 0, "decode")
+    assert container["image"] == "example.com/my-router:1.2" and container["command"] == ["/router"]
+    assert container["args"] == [
+        "--prefill",
+        *prefill,
+        f"--decode={','.join(decode)}",
+        "--hosts",
+        *prefill_hosts,
+        f"--listen=:{spec.router.port}",
+    ]
+    assert container["env"] == [{"name": "MODE", "value": "pd"}]
+
+
+def test_router_spec_errors_name_the_field(tmp_path):
+    text = (ROOT / "fixtures" / "specs" / "llama-70b-disagg.yaml").read_text()
+    path = tmp_path / "spec.yaml"
+    path.write_text(text.replace("  kind: vllm ", "  kind: custom "))
+    with pytest.raises(InputError, match=r"spec\.yaml:\d+: router: .*custom needs the router's image"):
+        load_spec(path)
+    path.write_text(text.replace("  kind: vllm ", "  args: ['{prefil_urls}']\n  kind: vllm "))
+    with pytest.raises(InputError, match=r"unknown placeholder \{prefil_urls\}"):
+        load_spec(path)
+    path.write_text(text.replace("  kind: vllm ", "  kind: sglang "))
+    with pytest.raises(InputError, match=r"sglang's router speaks to sglang engines"):
+        load_spec(path)
+    # no kind and nothing to infer it from: the spec must say
+    custom = (
+        text.replace("  kind: vllm ", "  #")
+        .replace("engine: vllm", "engine: custom")
+        .replace("vllm/vllm-openai:v0.15.0", "example.com/engine:1")
+    )
+    path.write_text(custom)
+    spec = load_spec(path)  # placing needs no router kind ...
+    assert spec.router is not None and spec.router_kind is None
+    proc = subprocess.run(  # ... printing manifests does
+        [
+            sys.executable,
+            "-m",
+            "placer",
+            "solve",
+            str(path),
+            str(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2 and "router.kind: give sglang, vllm, dynamo" in proc.stderr and proc.stdout == ""
+
+
+def test_kind_is_inferred_from_the_engines():
+    spec = load_spec(ROOT / "fixtures" / "specs" / "llama-70b-large.yaml")
+    data = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    del data["router"]["kind"]
+    assert ServingTopology.model_validate(data).router_kind == "vllm"
+
+
+@pytest.mark.parametrize("kind", ["vllm", "dynamo"])
+def test_dynamo_target_frontend_is_dynamos(disagg, kind):
+    base, topo, placement, report = disagg
+    spec = with_engine(base, "vllm", router=kind)
+    (dgd,) = build_manifests(spec, topo, placement, report, target="dynamo")
+    assert_accepted([dgd])
+    components = {c["name"]: c for c in dgd["spec"]["components"]}
+    (front,) = components["frontend"]["podTemplate"]["spec"]["containers"]
+    assert front["command"] == ["python3", "-m", "dynamo.frontend"]
+    assert front["args"] == ["--http-port", str(spec.router.port)]
+    assert front["image"] == router.ROUTER_IMAGES["dynamo"]
+    assert front["livenessProbe"]["httpGet"]["path"] == "/live"
+    for pool in ("prefill", "decode"):
+        (main,) = components[pool]["podTemplate"]["spec"]["containers"]
+        assert main["command"] == ["python3", "-m", "dynamo.vllm"]
+        assert ("--is-prefill-worker" in main["args"]) == (pool == "prefill")
+
+
+def test_every_target_builds_the_preset_router(disagg):
+    spec, topo, placement, report = disagg
+    for target in (t for t in TARGETS if t != "dra"):  # dra needs GPU ids (tests/test_targets.py adds them)
+        docs = build_manifests(spec, topo, placement, report, target=target)
+        text = str(docs)
+        assert ("vllm-router" in text) != (target == "dynamo"), target
