@@ -191,6 +191,12 @@ class Metrics(_Model):
 
     queue_depth: float | dict[int, float] | None = None
     kv_cache_hit: float | dict[int, float] | None = None
+    ttft_p90_ms: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e7,
+        description="90th percentile time to first token of the engines on this node, in ms (autoscaling trigger).",
+    )
 
     @field_validator("queue_depth", "kv_cache_hit")
     @classmethod

@@ -100,6 +100,7 @@ def _resolve_node(spec: ClusterSpec, i: int, node: NodeSpec) -> Node:
         kv_cache_hit=_mean_metric(node.metrics.kv_cache_hit, gpus, 0.0, f"{where}.metrics.kvCacheHit"),
         schedulable=node.schedulable,
         path={k: v for k, v in path.items() if v is not None},
+        ttft_p90_ms=node.metrics.ttft_p90_ms,
     )
 
 

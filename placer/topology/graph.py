@@ -43,6 +43,7 @@ class Node:
     kv_cache_hit: float  # mean over the node's GPUs
     schedulable: bool
     path: dict[str, str]  # level -> domain name given in the file (rack, leaf, nvlink-domain)
+    ttft_p90_ms: float | None = None  # p90 time to first token of the engines here (telemetry; None: unknown)
 
     @cached_property
     def free_gpus(self) -> tuple[int, ...]:
