@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from k8s_acceptance import assert_accepted, made_pods
+from test_cli import run
 
 from placer.emit.manifests import build_manifests, to_yaml
 from placer.emit.targets import common
@@ -216,19 +215,7 @@ def _write_with_args(tmp_path: Path, args: str, engine: str = "vllm") -> tuple[P
 )
 def test_contradicting_tp_exits_2_with_file_and_line(tmp_path, engine, args):
     path, line = _write_with_args(tmp_path, args, engine)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "placer",
-            "solve",
-            str(path),
-            str(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run("solve", path, ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml")
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     assert f"{path}:{line}: pools.prefill.template.args[" in proc.stderr

@@ -4,12 +4,11 @@ placeholders expanded per replica; under ``--target dynamo`` the frontend is Dyn
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from k8s_acceptance import assert_accepted
+from test_cli import run
 from test_engines import with_engine
 
 from placer.emit.manifests import build_manifests
@@ -169,19 +168,7 @@ def test_router_spec_errors_name_the_field(tmp_path):
     path.write_text(custom)
     spec = load_spec(path)  # placing needs no router kind ...
     assert spec.router is not None and spec.router_kind is None
-    proc = subprocess.run(  # ... printing manifests does
-        [
-            sys.executable,
-            "-m",
-            "placer",
-            "solve",
-            str(path),
-            str(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run("solve", path, ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml")  # ... printing manifests does
     assert proc.returncode == 2 and "router.kind: give sglang, vllm, dynamo" in proc.stderr and proc.stdout == ""
 
 
