@@ -388,7 +388,8 @@ def test_kueue_groups_the_two_roles_of_an_uneven_instance(tmp_path):
     pool = doc["pools"]["aggregated"]
     pool["tensorParallel"] = 12
     del pool["nodeCount"], pool["gpusPerNode"]
-    pool["template"]["args"] = ["--tensor-parallel-size", "12"]
+    pool["template"] = {k: v for k, v in pool["template"].items() if k != "model"} | {"engine": "custom"}
+    pool["template"]["args"] = ["--tensor-parallel-size", "12"]  # a custom launcher may split 8 + 4
     solved = _solve_doc(tmp_path, doc)
     docs = build_manifests(*solved, target="kueue")
     assert_accepted(docs)

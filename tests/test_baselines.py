@@ -44,11 +44,13 @@ PACKING = re.compile(r"^replica \d+ \S+ stage \d+: TP group spans .*, must pack 
 TRANSFER = re.compile(r"^replica \d+ \S+ -> \S+: (KV path offers .* GB/s, floor is .* GB/s|apart across .*)$")
 ROUTER = re.compile(r"^replica \d+: router on \S+ is not within .* of every \S+ instance$")
 SPREAD = re.compile(r"^replicas \d+ and \d+ share \S+ \(spread across \S+\)$")
+# Count-based schedulers know nothing of the engine: they may split a preset instance unevenly.
+EVEN = re.compile(r"^replica \d+ \S+: engine \S+ needs equal GPUs per node, has \[[\d, ]+\]$")
 ALLOWED = {
-    "count-spread": (PACKING, TRANSFER, ROUTER, SPREAD),
-    "count-binpack": (PACKING, TRANSFER, ROUTER, SPREAD),
-    "kueue-bestfit": (TRANSFER, ROUTER),
-    "exhaustive": (TRANSFER, ROUTER),
+    "count-spread": (PACKING, TRANSFER, ROUTER, SPREAD, EVEN),
+    "count-binpack": (PACKING, TRANSFER, ROUTER, SPREAD, EVEN),
+    "kueue-bestfit": (TRANSFER, ROUTER, EVEN),
+    "exhaustive": (TRANSFER, ROUTER, EVEN),
 }
 
 

@@ -7,13 +7,17 @@ placer's functions."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 from k8s_acceptance import made_pods
+from test_cli import run
 
 from placer.emit.manifests import build_manifests
+from placer.emit.readback import load_running
 from placer.emit.targets import TARGETS
 from placer.model.load import load_cluster, load_spec
 from placer.pipeline import verify_placement
@@ -132,3 +136,161 @@ def test_dra_is_wired_like_coscheduling(disagg):
     names = leader_names(dra)
     assert all(m.group(1) in names for args in router_args(dra).values() for a in args for m in URL.finditer(a))
     assert made_pods(dra)
+
+
+def grove_pods(pcs: dict) -> list[dict]:
+    """The pods Grove makes from a PodCliqueSet, labelled as Grove labels them: the clique's labels, then
+    Grove's own over them (ai-dynamo/grove operator/internal/controller/podcliqueset/components/podclique/
+    podclique.go, getLabels: app.kubernetes.io/name, component, managed-by, part-of are Grove's), each bound
+    to the node placer chose for it."""
+    name = pcs["metadata"]["name"]
+    out = []
+    for c in pcs["spec"]["template"]["cliques"]:
+        notes = c["annotations"]
+        grove = {
+            "app.kubernetes.io/name": f"{name}-0-{c['name']}",
+            "app.kubernetes.io/component": "pcs-podclique",
+            "app.kubernetes.io/managed-by": "grove-operator",
+            "app.kubernetes.io/part-of": name,
+        }
+        if "placer.dev/node" in notes:  # the router
+            nodes = [notes["placer.dev/node"]]
+        elif "placer.dev/instances" in notes:  # single-node instances: one pod per listed instance
+            nodes = [v.split(":")[0] for _, v in sorted(json.loads(notes["placer.dev/instances"]).items())]
+        else:  # one pod of a multi-node instance: its rank's node
+            nodes = [notes["placer.dev/instance-gpus"].split(";")[int(c["labels"]["placer.dev/rank"])].split(":")[0]]
+        for k, node in enumerate(nodes):
+            out.append(
+                {
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"{name}-0-{c['name']}-{k}x",
+                        "namespace": pcs["metadata"]["namespace"],
+                        "labels": c["labels"] | grove,
+                        "annotations": notes,
+                    },
+                    "spec": {"nodeName": node},
+                    "status": {"phase": "Running"},
+                }
+            )
+    return out
+
+
+@pytest.mark.parametrize("fixture", ["llama-70b-disagg", "tp16-multinode"])
+def test_grove_pods_as_grove_labels_them_are_found_by_services_and_read_back(fixture, tmp_path):
+    spec = load_spec(ROOT / "fixtures" / "specs" / f"{fixture}.yaml")
+    topo = build_topology(load_cluster(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"))
+    placement = solve(build_problem(spec, topo), SolveOptions(time_limit_s=10))
+    docs = build_manifests(spec, topo, placement, verify_placement(spec, topo, placement), target="grove")
+    pods = [p for d in docs if d["kind"] == "PodCliqueSet" for p in grove_pods(d)]
+    for svc in (d for d in docs if d["kind"] == "Service"):
+        selected = [p for p in pods if svc["spec"]["selector"].items() <= p["metadata"]["labels"].items()]
+        assert selected, f"Service {svc['metadata']['name']} selects none of Grove's pods"
+    listed = tmp_path / "pods.json"
+    listed.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
+    (running,) = load_running([listed])
+    assert running.key == f"{spec.metadata.namespace}/{spec.metadata.name}"
+    placed = {(r.index, i.pool, i.index): i.pods for r in placement.replicas for i in r.instances}
+    assert {k: v.pods for k, v in running.instances.items()} == placed
+    assert running.routers == {r.index: r.router for r in placement.replicas if r.router is not None}
+
+
+def _spec_file(tmp_path: Path, fixture: str, change) -> Path:
+    doc = yaml.safe_load((ROOT / "fixtures" / "specs" / f"{fixture}.yaml").read_text())
+    change(doc)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_vllm_prefill_and_decode_advertise_their_pod_ip_for_nixl(disagg):
+    """vLLM's NIXL side channel defaults to localhost; across pods the decode side must dial the prefill
+    pod's IP, so every prefill and decode engine gets VLLM_NIXL_SIDE_CHANNEL_HOST from status.podIP."""
+    spec, topo, placement, report = disagg
+    pods = [
+        p
+        for p in made_pods(build_manifests(spec, topo, placement, report))
+        if "placer.dev/pool" in p["metadata"]["labels"]
+    ]
+    assert pods
+    for pod in pods:
+        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+        names = list(env)  # placer's env first, so a user's env may reference it
+        assert names.index("PLACER_POD_RANK") < names.index("VLLM_NIXL_SIDE_CHANNEL_HOST")
+
+
+def test_a_controller_whose_pods_kubernetes_could_not_create_is_refused(tmp_path):
+    def long_names(doc):
+        doc["metadata"]["name"] = "a" * 40
+        doc["pools"]["decodexxxxxx"] = doc["pools"].pop("decode") | {"role": "decode"}
+        doc["transfer"]["to"] = "decodexxxxxx"
+        doc["router"]["near"]["pool"] = "decodexxxxxx"
+
+    path = _spec_file(tmp_path, "llama-70b-disagg", long_names)
+    for target in ("coscheduling", "lws"):
+        done = run("solve", path, ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml", "-t", target, "-q")
+        assert (done.returncode, done.stdout) == (2, ""), done.stderr
+        assert "characters; Kubernetes creates its pods only up to" in done.stderr
+
+
+def test_a_preset_instance_spread_over_unequal_nodes_is_refused(tmp_path):
+    """TP16 without nodeCount/gpusPerNode on a fragmented cluster: the solver may split an instance 6/7/3,
+    which vLLM cannot run (it splits the TP group evenly over --nnodes)."""
+
+    def no_layout(doc):
+        pool = doc["pools"]["aggregated"]
+        del pool["nodeCount"], pool["gpusPerNode"]
+        pool["template"].pop("args", None)
+
+    path = _spec_file(tmp_path, "tp16-multinode", no_layout)
+    done = run("solve", path, ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml", "-q")
+    if done.returncode == 0:  # the solver found an even split: then every pod asks for the same count
+        counts = {
+            p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+            for p in made_pods(list(yaml.safe_load_all(done.stdout)))
+            if "placer.dev/pool" in p["metadata"]["labels"]
+        }
+        assert len(counts) == 1
+    else:
+        assert (done.returncode, done.stdout) == (2, "")
+        assert "needs the same GPU count on every node of an instance" in done.stderr
+
+
+def test_pool_names_ending_in_a_number_are_refused(tmp_path):
+    def numbered(doc):
+        doc["pools"]["decode-1"] = doc["pools"].pop("decode") | {"role": "decode"}
+        doc["transfer"]["to"] = "decode-1"
+        doc["router"]["near"]["pool"] = "decode-1"
+
+    done = run(
+        "validate",
+        _spec_file(tmp_path, "llama-70b-disagg", numbered),
+        ROOT / "fixtures" / "clusters" / "small-mixed.yaml",
+    )
+    assert done.returncode == 2 and "ends in -<number>" in done.stderr
+
+
+def test_preset_instances_are_split_evenly_and_the_checker_holds_it():
+    """On 4-GPU GB200 trays a vLLM TP8 prefill instance is two trays x 4 GPUs (vLLM splits TP evenly over
+    --nnodes), never 2 + 3 + 3; the independent checker refuses an uneven one."""
+    from dataclasses import replace
+
+    from placer.model.placement import Pod
+
+    spec = load_spec(ROOT / "fixtures" / "specs" / "llama-70b-disagg.yaml")
+    topo = build_topology(load_cluster(ROOT / "fixtures" / "clusters" / "gb200-nvl72-1008.yaml"))
+    placement = solve(build_problem(spec, topo), SolveOptions(time_limit_s=10))
+    report = verify_placement(spec, topo, placement)
+    spans = [i for r in placement.replicas for i in r.instances if len(i.pods) > 1]
+    assert spans and all(len({len(p.gpus) for p in i.pods}) == 1 for i in spans)
+    assert not report.violations
+    rep = placement.replicas[0]
+    inst = next(i for i in rep.instances if len(i.pods) > 1)
+    a, b = inst.pods[0], inst.pods[1]
+    uneven = (Pod(a.node, a.gpus + b.gpus[:1]), Pod(b.node, b.gpus[1:]), *inst.pods[2:])
+    bent_rep = replace(rep, instances=tuple(replace(i, pods=uneven) if i is inst else i for i in rep.instances))
+    bent = replace(placement, replicas=(bent_rep, *placement.replicas[1:]))
+    from placer.check.verify import check
+
+    assert any("needs equal GPUs per node" in v for v in check(spec, topo, bent).violations)

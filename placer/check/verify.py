@@ -162,6 +162,10 @@ def _check_gpus_and_capacity(spec: ServingTopology, topo: Topology, pl: Placemen
                 len(inst.pods) != pool.node_count or any(len(p.gpus) != pool.gpus_per_node for p in inst.pods)
             ):
                 r.violations.append(f"{who}: needs {pool.node_count} nodes x {pool.gpus_per_node} GPUs")
+            if pool.template.engine != "custom" and len({len(p.gpus) for p in inst.pods}) > 1:
+                # an engine preset runs one process group that splits TP evenly over its pods' nodes
+                counts = [len(p.gpus) for p in inst.pods]
+                r.violations.append(f"{who}: engine {pool.template.engine} needs equal GPUs per node, has {counts}")
             reqs = pool.template.resources.requests
             for pod in inst.pods:
                 node = topo.node_by_name(pod.node)

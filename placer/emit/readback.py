@@ -352,30 +352,54 @@ def _from_placed(path: Path, placed) -> Running:
 
 
 def _from_pods(path: Path, docs: list[dict[str, Any]]) -> list[Running]:
-    """``kubectl get pods -o json``: placer's pods that are bound to a node; pending ones do not run yet."""
+    """``kubectl get pods -o json``: placer's pods that are bound to a node; pending ones do not run yet.
+    A pod of a Grove clique of single-node instances lists them all (``placer.dev/instances``): it stands
+    for the ones placed on the node it runs on."""
     out: dict[tuple[str, str], Running] = {}
     for d in docs:
         node = _dict(d.get("spec")).get("nodeName")
         if not _is_placer(d) or not node or _dict(d.get("status")).get("phase") in ("Succeeded", "Failed"):
             continue
         meta, labels = _dict(d.get("metadata")), _labels(d)
-        ns, name = str(meta.get("namespace") or "default"), labels["app.kubernetes.io/name"]
+        ns, name = str(meta.get("namespace") or "default"), _deployment(labels)
         running = out.setdefault((ns, name), Running(ns, name, str(path)))
         replica = _int(labels.get("placer.dev/replica"))
         if replica is None:
             continue
-        if labels.get("app.kubernetes.io/component") == "router":
+        if labels.get("app.kubernetes.io/component") == "router" or labels.get("placer.dev/role") == "router":
             running.routers[replica] = str(node)
             continue
-        gpus = _dict(meta.get("annotations")).get("placer.dev/instance-gpus")
-        pool, index = labels.get("placer.dev/pool"), _int(labels.get("placer.dev/instance"))
-        if not isinstance(gpus, str) or not isinstance(pool, str) or index is None:
+        notes = _dict(meta.get("annotations"))
+        pool = labels.get("placer.dev/pool")
+        if not isinstance(pool, str):
             continue
-        domain = str(_dict(meta.get("annotations")).get("placer.dev/domain") or "")
-        running.instances[(replica, pool, index)] = InstancePlacement(
-            pool, index, _parse_instance_gpus(path, gpus), domain
-        )
+        for inst in _pod_instances(path, notes, pool, _int(labels.get("placer.dev/instance")), str(node)):
+            running.instances[(replica, pool, inst.index)] = inst
     return [out[k] for k in sorted(out)]
+
+
+def _pod_instances(path: Path, notes: dict[str, Any], pool: str, index: int | None, node: str) -> list[Any]:
+    """The instances a running pod stands for: its own (``placer.dev/instance-gpus``), or those of a Grove
+    clique's list that were placed on the pod's node."""
+    gpus = notes.get("placer.dev/instance-gpus")
+    if isinstance(gpus, str) and index is not None:
+        domain = str(notes.get("placer.dev/domain") or "")
+        return [InstancePlacement(pool, index, _parse_instance_gpus(path, gpus), domain)]
+    listed = notes.get("placer.dev/instances")
+    if not isinstance(listed, str):
+        return []
+    try:
+        table, domains = json.loads(listed), json.loads(str(notes.get("placer.dev/domains") or "{}"))
+    except json.JSONDecodeError:
+        raise InputError(f"{path}: annotation placer.dev/instances is not JSON") from None
+    if not isinstance(table, dict) or not isinstance(domains, dict):
+        raise InputError(f"{path}: annotation placer.dev/instances is not {{index: node:gpu,...}}")
+    out = []
+    for k, text in sorted(table.items()):
+        pods = _parse_instance_gpus(path, str(text))
+        if str(k).isdigit() and pods[0].node == node:
+            out.append(InstancePlacement(pool, int(k), pods, str(domains.get(k, ""))))
+    return out
 
 
 def _node_name(doc: dict[str, Any]) -> str | None:
@@ -383,9 +407,15 @@ def _node_name(doc: dict[str, Any]) -> str | None:
 
 
 def _is_placer(doc: dict[str, Any]) -> bool:
+    """Made by placer: its ``placer.dev/deployment`` label (which operators that rewrite
+    ``app.kubernetes.io/*`` on their pods keep), or placer's ``app.kubernetes.io`` labels (older output)."""
     labels = _labels(doc)
     named = labels.get("app.kubernetes.io/managed-by") == "placer" and bool(labels.get("app.kubernetes.io/name"))
-    return named and not _shared(doc)
+    return (named or bool(labels.get("placer.dev/deployment"))) and not _shared(doc)
+
+
+def _deployment(labels: dict[str, Any]) -> str:
+    return str(labels.get("placer.dev/deployment") or labels["app.kubernetes.io/name"])
 
 
 def _shared(doc: dict[str, Any]) -> bool:

@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from placer.model.errors import InputError
+
 # Environment names the engine flags reference (the same constants as placer.emit.targets.common, which
 # imports nccl and the spec; kept here so the spec module can import this one without a cycle).
 RANK_ENV = "PLACER_POD_RANK"
@@ -244,6 +246,42 @@ def preset(spec: Any, pool_name: str, dynamo: bool = False) -> Preset | None:
     ]
     args = [model, "--tp_size", tp, "--pp_size", pp, "--host", "0.0.0.0", "--port", str(port)]
     return Preset(["trtllm-serve"], args, owned, port)
+
+
+NIXL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
+
+
+def preset_env(spec: Any, pool_name: str) -> list[dict[str, Any]]:
+    """Environment a preset needs besides its flags. vLLM's NIXL connector tells the decode side where to
+    fetch a prefill's KV blocks at ``VLLM_NIXL_SIDE_CHANNEL_HOST``, which defaults to ``localhost``
+    (vllm/envs.py; nixl_connector.py returns it as ``remote_host``): across pods it must be the pod's IP,
+    as vLLM's and llm-d's Kubernetes examples set it from the downward API."""
+    t = spec.pools[pool_name].template
+    if t.engine != "vllm" or spec.role_of(pool_name) == "aggregated":
+        return []
+    return [{"name": NIXL_HOST_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+
+
+def check_instance(spec: Any, inst: Any, dynamo_worker: bool = False) -> None:
+    """An engine preset runs one process group over equal pods: vLLM and SGLang split the TP group evenly
+    over ``--nnodes`` (vLLM: world_size % nnodes == 0, vllm/config/parallel.py), and trtllm-serve over
+    several nodes needs an MPI launcher placer does not write. An instance the solver spread over nodes with
+    unequal GPU counts (a pool without nodeCount/gpusPerNode) cannot run under a preset: refuse it."""
+    t = spec.pools[inst.pool].template
+    if t.engine == "custom" or len(inst.pods) == 1:
+        return
+    counts = [len(p.gpus) for p in inst.pods]
+    where = f"pools.{inst.pool}: instance {inst.index} was placed over {len(counts)} nodes with {counts} GPUs"
+    if len(set(counts)) > 1:
+        raise InputError(
+            f"{where}; engine {t.engine} needs the same GPU count on every node of an instance: give the pool "
+            "nodeCount and gpusPerNode, or use engine: custom"
+        )
+    if t.engine == "trtllm" and not dynamo_workers(spec, dynamo_worker):
+        raise InputError(
+            f"{where}; trtllm-serve over several nodes needs an MPI launcher (mpirun or Slurm with "
+            "trtllm-llmapi-launch), which placer does not write: use engine: custom with your launcher"
+        )
 
 
 def multinode_pool(pool: Any) -> bool:

@@ -8,6 +8,7 @@ generated from these classes (``placer schema``).
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -412,6 +413,12 @@ class ServingTopology(_Model):
     def _pool_names(cls, pools: dict[str, Pool]) -> dict[str, Pool]:
         for name, pool in pools.items():
             k8s.check_dns_label(name, "pool name", max_len=12)
+            if re.search(r"-\d+$", name):  # objects are named <name>-r<k>-<pool>-<instance>[-<pod>]
+                raise ValueError(
+                    f"pool name {name!r} ends in -<number>, which object names append for instances and pods: "
+                    f"pool {name!r} instance 0 would share names with another pool's instances (e.g. "
+                    f"{name.rsplit('-', 1)[0] + 'x'!r} or {name.replace('-', '')!r})"
+                )
             if pool.role is None and name not in ("prefill", "decode", "aggregated"):
                 raise ValueError(f"pool {name!r}: give role (prefill, decode or aggregated)")
         return pools

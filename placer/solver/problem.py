@@ -22,6 +22,7 @@ from placer.model.levels import LEVEL_RANK, LEVEL_WORDS
 from placer.model.placement import InstancePlacement
 from placer.model.spec import Pool, ServingTopology
 from placer.solver.figures import domain_figures, free_in, worst_figures
+from placer.solver.layout import layout
 from placer.topology import cost
 from placer.topology.graph import Topology
 
@@ -163,6 +164,7 @@ def _pool_candidates(
     topo: Topology, spec: ServingTopology, name: str, pool: Pool, eligible: frozenset[int], memo: dict
 ) -> tuple[Candidate, ...]:
     size = pool.gpus_per_instance
+    node_count, gpus_per_node, one_node = layout(topo, pool, eligible)
     required_rank = LEVEL_RANK[pool.placement.required]
     msg = cost.activation_bytes(spec.model.hidden_size, spec.tokens_in_flight(name), spec.model.bytes_per_element)
     weight = spec.objective.all_reduce
@@ -174,11 +176,13 @@ def _pool_candidates(
         nodes = [n for n in dom.nodes if n in eligible]
         if not nodes:
             continue
-        if pool.node_count is not None:
+        if one_node and dom.level not in ("node", "socket"):
+            continue
+        if node_count is not None:
             # Multi-node: a container needs nodeCount eligible nodes with gpusPerNode free GPUs each.
-            g = pool.gpus_per_node or 0
+            g = gpus_per_node or 0
             fit = [n for n in nodes if free_in(topo, n, dom) >= g]
-            if dom.level in ("node", "socket") or len(fit) < pool.node_count:
+            if dom.level in ("node", "socket") or len(fit) < node_count:
                 continue
             node_figs = [worst_figures(topo, topo.node_domain[n], [n], memo) for n in fit]
             stage_ring = cost.PathFigures(
@@ -209,6 +213,7 @@ def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
         eligible = eligible_nodes(topo, pool)
         check_pool_fits(topo, name, pool, eligible)
         cands = _pool_candidates(topo, spec, name, pool, eligible, memo)
+        node_count, gpus_per_node, _ = layout(topo, pool, eligible)
         reqs = pool.template.resources.requests
         pools[name] = PoolPlan(
             name=name,
@@ -217,8 +222,8 @@ def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
             pipeline_parallel=pool.pipeline_parallel,
             size=pool.gpus_per_instance,
             instances=pool.instances,
-            node_count=pool.node_count,
-            gpus_per_node=pool.gpus_per_node,
+            node_count=node_count,
+            gpus_per_node=gpus_per_node,
             eligible=eligible,
             selector=(pool.gpu.product, pool.gpu.min_memory_gib),
             required=pool.placement.required,

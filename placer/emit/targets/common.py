@@ -31,6 +31,7 @@ GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 RANK_ENV = "PLACER_POD_RANK"
 PODS_ENV = "PLACER_INSTANCE_PODS"
 LEADER_ENV = "PLACER_LEADER_ADDRESS"
+ROUTER_ROLE = "placer.dev/role"  # "router" on the router's objects and pod
 RANK_LABEL = "placer.dev/rank"  # a pod's rank in its instance, on pods a controller makes one per rank
 GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME = "kubernetes.io/hostname"
@@ -184,15 +185,22 @@ def cluster_labels(spec: ServingTopology, component: str) -> dict[str, str]:
 
 
 def labels(spec: ServingTopology, replica: int, component: str) -> dict[str, str]:
+    """A replica's object labels. ``placer.dev/deployment`` repeats the name because operators that make the
+    pods (Grove) overwrite ``app.kubernetes.io/name``, ``component``, ``part-of`` and ``managed-by`` on them,
+    and read-back must still find them; ``app.kubernetes.io/instance`` survives (Grove's podclique.go)."""
     name = spec.metadata.name
-    return {
+    out = {
         "app.kubernetes.io/name": name,
         "app.kubernetes.io/instance": f"{name}-r{replica}",
         "app.kubernetes.io/component": component,
         "app.kubernetes.io/part-of": name,
         "app.kubernetes.io/managed-by": "placer",
+        "placer.dev/deployment": name,
         "placer.dev/replica": str(replica),
     }
+    if component == "router":  # Services select the router by a key no operator rewrites
+        out[ROUTER_ROLE] = "router"
+    return out
 
 
 def instance_labels(spec: ServingTopology, replica: int, inst: InstancePlacement) -> dict[str, str]:
@@ -267,7 +275,10 @@ def engine_container(
     requests, limits = dict(t.resources.requests), dict(t.resources.limits)
     if gpus is not None:
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(gpus)
-    env = [{"name": e.name, "value": e.value} for e in t.env] + placer_env(inst, rank, leader)
+    env = placer_env(inst, rank, leader)  # first: a user's env value may reference it as $(PLACER_POD_RANK)
+    given = {e.name for e in t.env}
+    env += [e for e in engines.preset_env(ctx.spec, inst.pool) if e["name"] not in given]
+    env += [{"name": e.name, "value": e.value} for e in t.env]
     if ctx.nccl:
         chosen = nccl.instance_settings(ctx.spec, ctx.topo, inst) if settings is None else settings
         env += [{"name": s.name, "value": s.value} for s in chosen]
@@ -278,6 +289,7 @@ def engine_container(
         resources["claims"] = [{"name": c} for c in claims]
     container: dict[str, Any] = {"name": "engine", "image": t.image, "env": env, "resources": resources}
     own_rank = rank if isinstance(rank, int) else None  # a label name: one template for several ranks
+    engines.check_instance(ctx.spec, inst, dynamo_worker)
     preset = engines.engine_spec(ctx.spec, inst.pool, len(inst.pods), own_rank, dynamo_worker)
     if preset is not None:  # template.engine: placer's command, flags, port and probes (engines.py)
         return container | preset

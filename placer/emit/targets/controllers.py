@@ -12,12 +12,29 @@ from typing import Any
 from placer.emit.targets.common import (
     RANK_LABEL,
     Context,
-    dns_label,
     instance_labels,
     labels,
     pool_service_name,
 )
+from placer.model.errors import InputError
 from placer.model.placement import InstancePlacement, ReplicaPlacement
+
+# The StatefulSet controller labels each pod controller-revision-hash=<name>-<10-character hash>, a label value
+# (at most 63 characters): a longer name is accepted and its pods are never created (kubernetes/kubernetes
+# issue 64023). A LeaderWorkerSet makes a worker StatefulSet <lws>-<group> of its own (kubernetes-sigs/lws
+# issue 410), two characters more.
+STATEFULSET_MAX = 63 - 11
+LEADERWORKERSET_MAX = STATEFULSET_MAX - 2
+
+
+def controller_name(name: str, limit: int, kind: str) -> str:
+    """Refuse (bad input) a controller name whose pods Kubernetes could not create."""
+    if len(name) > limit:
+        raise InputError(
+            f"{kind} name {name!r} has {len(name)} characters; Kubernetes creates its pods only up to {limit} "
+            "(the controller-revision-hash label repeats it): shorten metadata.name or the pool name"
+        )
+    return name
 
 
 def stateful_set(ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement, j: int, pod: dict) -> dict[str, Any]:
@@ -31,7 +48,7 @@ def stateful_set(ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement, j
     (Kueue's ``statefulset``) manage the StatefulSet as a workload of its own."""
     meta = pod["metadata"]
     name = meta["name"]
-    dns_label(f"{name}-0", "pod name")  # the StatefulSet's pod: <name>-0
+    controller_name(name, STATEFULSET_MAX, "StatefulSet")
     own = instance_labels(ctx.spec, rep.index, inst) | {RANK_LABEL: str(j)}
     selector = {k: own[k] for k in ("app.kubernetes.io/instance", "placer.dev/pool", "placer.dev/instance", RANK_LABEL)}
     notes = {k: v for k, v in meta["annotations"].items() if k.startswith("placer.dev/")}

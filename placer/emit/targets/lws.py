@@ -30,7 +30,7 @@ from placer.emit.targets.common import (
     pod_annotations,
     pod_spec,
 )
-from placer.emit.targets.controllers import pool_services
+from placer.emit.targets.controllers import LEADERWORKERSET_MAX, controller_name, pool_services
 from placer.emit.targets.router import router_docs
 from placer.model.errors import InputError
 from placer.model.placement import InstancePlacement, ReplicaPlacement
@@ -43,7 +43,8 @@ WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"  # LWS labels every po
 
 
 def lws_name(ctx: Context, replica: int, inst: InstancePlacement) -> str:
-    return dns_label(f"{ctx.gang_name(replica)}-{inst.pool}-{inst.index}", "LeaderWorkerSet name")
+    name = dns_label(f"{ctx.gang_name(replica)}-{inst.pool}-{inst.index}", "LeaderWorkerSet name")
+    return controller_name(name, LEADERWORKERSET_MAX, "LeaderWorkerSet")
 
 
 def lws_leader_host(ctx: Context, replica: int, inst: InstancePlacement) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from placer.emit.targets.common import Context, affinity, hostname, labels
+from placer.emit.targets.common import ROUTER_ROLE, Context, affinity, hostname, labels
 from placer.model import engines
 from placer.model.errors import InputError
 from placer.model.placement import ReplicaPlacement
@@ -139,7 +139,8 @@ def router_container(ctx: Context, replica: int, frontend: bool = False) -> dict
 
 
 def router_selector(ctx: Context, replica: int) -> dict[str, str]:
-    return {"app.kubernetes.io/instance": ctx.gang_name(replica), "app.kubernetes.io/component": "router"}
+    """The router's pod, by keys that survive operators rewriting ``app.kubernetes.io/component`` (Grove)."""
+    return {"app.kubernetes.io/instance": ctx.gang_name(replica), ROUTER_ROLE: "router"}
 
 
 def router_service(ctx: Context, replica: int) -> dict[str, Any]:
