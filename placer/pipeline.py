@@ -16,18 +16,28 @@ from placer.check.gate import verify_fleet, verify_placement
 from placer.check.verify import Report
 from placer.model.placement import Placement
 from placer.model.spec import ServingTopology
+from placer.solver.autoscale import Decision, Observed, Shape, State, decide, observe, scaled_spec, shape_of
 from placer.solver.problem import Problem
 from placer.solver.solve import SolveOptions
 from placer.topology.graph import Topology
 
 __all__ = [
+    "AutoscaleResult",
     "FleetSolveResult",
+    "Observed",
     "SolveOptions",
+    "Shape",
     "SolveResult",
+    "State",
     "build_inputs",
+    "decide",
+    "observe",
     "place",
+    "run_autoscale",
     "run_fleet",
     "run_solve",
+    "scaled_spec",
+    "shape_of",
     "verify_fleet",
     "verify_placement",
 ]
@@ -263,3 +273,154 @@ def _wall_left(options: SolveOptions, started: float) -> SolveOptions:
     """The wall-clock guard counts from the start of the run, loading and model building included, so the
     whole process stays within it (plus checking and printing)."""
     return replace(options, wall_limit_s=max(0.05, options.wall_s() - (time.perf_counter() - started)))
+
+
+@dataclass
+class AutoscaleResult:
+    """One ``placer autoscale`` decision and what applying it takes. ``apply``: the objects that are new or
+    changed (the incremental stream); ``full``: the whole desired set (for ``kubectl apply --prune
+    --applyset``); ``prune``: identities (kind.group, namespace, name) of the objects to delete."""
+
+    spec: ServingTopology  # with the decided counts
+    decision: Decision
+    observed: dict[str, Observed]
+    apply: list[dict]
+    full: list[dict]
+    prune: list[tuple[str, str, str]]
+    moves: list[str]
+    placement: Placement | None  # the new placement; None when nothing changed
+
+    def record(self) -> dict:
+        from placer.solver.autoscale import decision_record
+
+        objects = {
+            "apply": ["/".join(k for k in _key(d) if k) for d in self.apply],
+            "prune": ["/".join(k for k in key if k) for key in self.prune],
+            "unchanged": [],
+        }
+        changed = {_key(d) for d in self.apply}
+        objects["unchanged"] = ["/".join(k for k in _key(d) if k) for d in self.full if _key(d) not in changed]
+        return decision_record(self.spec, self.decision, self.observed, objects, self.moves)
+
+
+def run_autoscale(
+    spec_path: Path,
+    cluster_path: Path,
+    keep_paths: Sequence[Path],
+    now: float,
+    state: State,
+    options: SolveOptions,
+    allow_moves: bool = False,
+    target: str | None = None,
+    nccl: bool | None = None,
+    target_version: str | None = None,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> AutoscaleResult:
+    """Decide (placer.solver.autoscale.decide) on the telemetry of the cluster file, then place what the
+    decision adds with the ``--keep`` machinery: running instances pinned, new ones placed next to them,
+    instances past the new counts dropped. Raises InfeasibleError when the scale-out does not fit without
+    moving what runs (and, with ``allow_moves``, not even re-placing the deployment whole)."""
+    from placer.emit.manifests import build_manifests
+    from placer.emit.readback import load_running
+    from placer.emit.targets import DEFAULT_TARGET
+    from placer.model.errors import InfeasibleError, InputError
+    from placer.model.load import load_cluster, load_spec, locate
+    from placer.model.running import running_placement
+    from placer.solver.fleet import Deployment, solve_fleet
+    from placer.solver.keep import plan_keep
+    from placer.topology.build import build_topology
+
+    started = time.perf_counter()
+    spec = load_spec(spec_path)
+    key = f"{spec.metadata.namespace}/{spec.metadata.name}"
+    if spec.scaling is None and all(p.scaling is None for p in spec.pools.values()):
+        raise InputError(f"{spec_path}: {key} has no scaling policy (scaling, or pools.<name>.scaling)")
+    cluster = load_cluster(cluster_path)
+    try:
+        topo = build_topology(cluster)
+    except InputError as exc:
+        raise locate(cluster_path, exc) from None
+    running = load_running(keep_paths)
+    mine = next((r for r in running if r.key == key), None)
+    if mine is None or not mine.instances:
+        raise InputError(f"--keep: nothing of {key} runs there; place it first with placer solve")
+    metrics = {n.name: n.metrics for n in cluster.nodes}
+    shape = shape_of(mine.instances, spec)
+    observed = observe(mine.instances, metrics)
+    decision = decide(spec, shape, observed, state, now)
+    progress(f"{key}: {decision.action} {decision.scope} ({decision.reason})".replace(" ()", ""))
+    before_spec, after_spec = scaled_spec(spec, shape), scaled_spec(spec, decision.after)
+    emit = {"target": target or DEFAULT_TARGET, "nccl": nccl, "target_version": target_version}
+    keep = plan_keep(running, [before_spec], topo)
+    before_pl = running_placement(mine, topo.name)
+    if mine.stats is not None:  # regenerate the objects as they were printed, solver status included
+        before_pl = replace(before_pl, stats=mine.stats)
+    before = build_manifests(
+        before_spec, keep.topology, before_pl, check_fleet_one(keep.topology, before_spec, before_pl), **emit
+    )
+    if decision.action == "none":
+        return AutoscaleResult(before_spec, decision, observed, [], before, [], [], None)
+    # The instances the decision drops give their GPUs back (a shift's new instance may take them): the
+    # cluster file may list them busy when it was imported from the running pods.
+    dropped = [
+        inst
+        for (k, pool, i), inst in mine.instances.items()
+        if k >= decision.after.replicas or i >= decision.after.instances.get(pool, 0)
+    ]
+    freed: dict[int, list[int]] = {}
+    for inst in dropped:
+        for pod in inst.pods:
+            freed.setdefault(topo.node_by_name(pod.node).index, []).extend(pod.gpus)
+    keep = plan_keep(running, [after_spec], topo.with_released(freed))
+    result = solve_fleet(
+        [Deployment(after_spec, str(spec_path), keep.kept.get(key))], keep.topology, _wall_left(options, started)
+    )
+    if result.unplaced and allow_moves:
+        progress(f"{key}: does not fit with every running instance pinned; re-placing it whole (--allow-moves)")
+        result = solve_fleet(
+            [Deployment(after_spec, str(spec_path), None)], keep.topology, _wall_left(options, started)
+        )
+    if result.unplaced:
+        hint = [] if allow_moves else ["--allow-moves lets running instances of this deployment move to make room"]
+        raise InfeasibleError(
+            f"{key}: the {decision.action} of {decision.scope} cannot be placed",
+            [*result.unplaced[0].reasons, *hint],
+        )
+    placement = result.placed[0].placement
+    report = verify_fleet(keep.topology, [(after_spec, placement)])[0]
+    after = build_manifests(after_spec, keep.topology, placement, report, **emit)
+    moves = _moves(mine.instances, placement)
+    return AutoscaleResult(after_spec, decision, observed, *_diff(before, after), moves, placement)
+
+
+def check_fleet_one(topo: Topology, spec: ServingTopology, placement: Placement) -> Report:
+    """The checker's report on what runs (not refused: placer did not place it in this call)."""
+    from placer.check.gate import check_fleet
+
+    return check_fleet(topo, [(spec, placement)])[0]
+
+
+def _key(doc: dict) -> tuple[str, str, str]:
+    from placer.emit.applyset import identity
+
+    return identity(doc)
+
+
+def _diff(before: list[dict], after: list[dict]) -> tuple[list[dict], list[dict], list[tuple[str, str, str]]]:
+    """(new or changed objects, in output order; the whole desired set; identities gone, sorted)."""
+    import json
+
+    old = {_key(d): json.dumps(d, sort_keys=True) for d in before}
+    apply = [d for d in after if old.get(_key(d)) != json.dumps(d, sort_keys=True)]
+    gone = sorted(set(old) - {_key(d) for d in after})
+    return apply, after, gone
+
+
+def _moves(instances: dict, placement: Placement) -> list[str]:
+    """Running instances that the new placement puts elsewhere (only ever with --allow-moves)."""
+    now = {(r.index, i.pool, i.index): i.pods for r in placement.replicas for i in r.instances}
+    return [
+        f"replica {k} {pool}-{i}"
+        for (k, pool, i), inst in sorted(instances.items())
+        if (k, pool, i) in now and now[(k, pool, i)] != inst.pods
+    ]

@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from placer.cli import cluster, explain, plan, schema, solve, validate
+from placer.cli import autoscale, cluster, explain, plan, schema, solve, validate
 
 app = typer.Typer(
     name="placer",
@@ -24,6 +24,7 @@ app = typer.Typer(
 app.command("solve")(solve.solve_command)
 app.command("explain")(explain.explain_command)
 app.command("plan")(plan.plan_command)
+app.command("autoscale")(autoscale.autoscale_command)
 app.command("validate")(validate.validate_command)
 app.command("schema")(schema.schema_command)
 app.add_typer(cluster.app, name="cluster")

@@ -19,6 +19,7 @@ class Running:
     instances: dict[tuple[int, str, int], InstancePlacement] = field(default_factory=dict)
     routers: dict[int, str] = field(default_factory=dict)
     spec: ServingTopology | None = None  # known from records and manifests, not from bare pods
+    stats: SolveStats | None = None  # the solve it came from (records, manifests): what its objects carry
 
     @property
     def key(self) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from placer.model import API_VERSION, engines, k8s
 from placer.model.k8s import CpuQuantity, MemoryQuantity, field_alias
@@ -193,6 +193,9 @@ class Pool(_Model):
         description="Tokens per forward pass, sizes the all-reduce message (default: prompt for prefill, 256).",
     )
     template: ContainerTemplate
+    scaling: PoolScaling | None = Field(
+        default=None, description="placer autoscale: instances per replica of this pool, between min and max."
+    )
 
     @property
     def gpus_per_instance(self) -> int:
@@ -391,6 +394,87 @@ class Nccl(_Model):
         return v
 
 
+def _seconds(value: Any) -> Any:
+    """A duration as seconds: a number, or a string such as ``300s``, ``5m``, ``1h`` (the source's
+    ``scaleDownDelay: 300s`` spelling)."""
+    if isinstance(value, str):
+        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*", value)
+        if found is None:
+            raise ValueError(f"{value!r} is not a duration (seconds, or a number with s, m or h: 300s, 5m)")
+        return float(found[1]) * {"s": 1, "m": 60, "h": 3600}[found[2] or "s"]
+    return value
+
+
+Duration = Annotated[
+    float,
+    BeforeValidator(_seconds),
+    Field(ge=0, le=7 * 86400),
+    WithJsonSchema(
+        {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?(s|m|h)?$"}]}
+    ),
+]
+
+
+class ScaleUpWhen(_Model):
+    """Scale out when a pool's observed value exceeds one of these (set them below the SLO: the point is to
+    add capacity before the SLO is broken, and a new instance takes minutes to load its weights)."""
+
+    queue_depth_per_gpu: float | None = Field(
+        default=None, gt=0, le=1e6, alias="queueDepthPerGPU", description="mean queued requests per GPU"
+    )
+    ttft_p90_ms: float | None = Field(default=None, gt=0, le=1e7, description="worst node's p90 TTFT, ms")
+
+    @model_validator(mode="after")
+    def _one(self) -> ScaleUpWhen:
+        if self.queue_depth_per_gpu is None and self.ttft_p90_ms is None:
+            raise ValueError("scaleUpWhen: give queueDepthPerGPU, ttftP90Ms or both")
+        return self
+
+
+class _ScalingPolicy(_Model):
+    scale_up_when: ScaleUpWhen
+    scale_down_below: float = Field(
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="Scale in only when, with one unit fewer, every signal would stay below this fraction of its "
+        "scaleUpWhen threshold (hysteresis: a scale-in must not trigger the next scale-out).",
+    )
+    scale_down_after: Duration = Field(
+        default=300.0, description="Below the scale-in line this long before scaling in."
+    )
+    cooldown: Duration = Field(default=120.0, description="No scaling this long after the deployment's last change.")
+
+
+class Scaling(_ScalingPolicy):
+    """``placer autoscale``: whole replicas (every pool and the router) added or removed."""
+
+    min_replicas: int = Field(default=1, ge=1, le=1024)
+    max_replicas: int = Field(ge=1, le=1024)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Scaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"scaling: minReplicas {self.min_replicas} is more than maxReplicas {self.max_replicas}")
+        return self
+
+
+class PoolScaling(_ScalingPolicy):
+    """``placer autoscale`` per pool: instances per replica. At least one, so every replica keeps a complete
+    instance of every pool (the hierarchical minimum)."""
+
+    min_instances: int = Field(default=1, ge=1, le=4096)
+    max_instances: int = Field(ge=1, le=4096)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> PoolScaling:
+        if self.min_instances > self.max_instances:
+            raise ValueError(
+                f"scaling: minInstances {self.min_instances} is more than maxInstances {self.max_instances}"
+            )
+        return self
+
+
 class ServingTopology(_Model):
     api_version: Literal["placer.dev/v1alpha1"] = Field(description=f"Always {API_VERSION}.")
     kind: Literal["ServingTopology"]
@@ -407,6 +491,7 @@ class ServingTopology(_Model):
     slo: Slo = Field(default_factory=Slo)
     scheduling: Scheduling = Field(default_factory=Scheduling)
     nccl: Nccl = Field(default_factory=Nccl)
+    scaling: Scaling | None = Field(default=None, description="placer autoscale: replicas between min and max.")
 
     @field_validator("pools")
     @classmethod

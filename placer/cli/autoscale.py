@@ -1,0 +1,142 @@
+"""``placer autoscale SPEC CLUSTER --keep RUNNING --now T``: one scaling decision on the cluster file's
+telemetry, and only the objects it adds or changes on stdout."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from placer.cli.solve import OutputFormat, Target
+
+
+def autoscale_command(
+    spec: Annotated[Path, typer.Argument(metavar="SPEC", help="The ServingTopology with a scaling policy.")],
+    cluster: Annotated[
+        Path, typer.Argument(metavar="CLUSTER", help="The cluster file with each node's metrics (telemetry).")
+    ],
+    keep: Annotated[
+        list[Path],
+        typer.Option(
+            "--keep",
+            help="What runs (placement records, placer's manifests, or kubectl get pods -A -o json). Repeatable.",
+        ),
+    ],
+    now: Annotated[
+        str,
+        typer.Option(
+            "--now",
+            help="The decision's time: seconds since the epoch or RFC 3339 (the telemetry's time). placer reads "
+            "no clock, so a recorded trace replays to the same decisions.",
+        ),
+    ],
+    state: Annotated[
+        Path | None,
+        typer.Option("--state", help="The previous decision record (--decision): last change, time below the line."),
+    ] = None,
+    decision: Annotated[
+        Path | None, typer.Option("--decision", help="Write the decision record (JSON); the next call's --state.")
+    ] = None,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Print the whole desired set instead of only new and changed objects: the input of "
+            "kubectl apply --prune --applyset, which also deletes what the decision removed.",
+        ),
+    ] = False,
+    placement: Annotated[
+        Path | None,
+        typer.Option("--placement", help="Write the placement record after the decision (the next --keep)."),
+    ] = None,
+    allow_moves: Annotated[
+        bool,
+        typer.Option(
+            "--allow-moves",
+            help="If the new instances do not fit next to the running ones, re-place the deployment whole "
+            "(running instances may move; the record lists them). Off: a running instance never moves.",
+        ),
+    ] = False,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="Manifest format.")] = OutputFormat.yaml,
+    time_limit: Annotated[
+        float, typer.Option("--time-limit", min=0.1, help="Work budget in deterministic seconds (as for solve).")
+    ] = 30.0,
+    target: Annotated[
+        Target, typer.Option("--target", "-t", help="Output flavour (as for solve).")
+    ] = Target.coscheduling,
+    target_version: Annotated[str | None, typer.Option("--target-version", help="As for solve.")] = None,
+    nccl: Annotated[bool | None, typer.Option("--nccl/--no-nccl", help="As for solve.", show_default=False)] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Nothing on stderr unless something fails.")] = False,
+) -> None:
+    """Scale out, scale in, shift an instance between prefill and decode, or do nothing.
+
+    stdout: the new and changed objects only (empty when nothing changes); the objects to delete are listed
+    in the decision record (objects.prune) and on stderr. Exit 0 with a decision (also "none"), 1 when the
+    scale-out cannot be placed, 2 on bad input.
+
+    Examples:
+
+      placer autoscale spec.yaml cluster.yaml --keep running.yaml --now 2025-06-01T12:00:00Z \\
+        --state last.json --decision next.json --placement next.yaml | kubectl apply -f -
+
+      placer autoscale spec.yaml cluster.yaml --keep running.yaml --now 1748779200 --full \\
+        | KUBECTL_APPLYSET=true kubectl apply --prune --applyset=configmap/placer-NAME -n NS -f -
+    """
+    import json
+
+    from placer.emit.files import check_output, write_output
+    from placer.emit.manifests import records_text, to_json_list, to_yaml
+    from placer.model.errors import InputError
+    from placer.model.load import check_stdin_once
+    from placer.pipeline import run_autoscale
+    from placer.solver.autoscale import State, parse_now, state_of
+    from placer.solver.solve import SolveOptions
+
+    inputs = [spec, cluster, *keep, *([state] if state else [])]
+    check_stdin_once(inputs)
+    for path, option in ((decision, "--decision"), (placement, "--placement")):
+        if path is not None:
+            check_output(path, option, inputs, stdout_busy="the manifests")
+    say = (lambda _m: None) if quiet else (lambda m: print(m, file=sys.stderr))
+    when = parse_now(now)
+    previous = State()
+    if state is not None:
+        try:
+            data = json.loads(state.read_text())
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--state {state}: {exc}") from None
+        previous = state_of(data, str(state), when)
+    result = run_autoscale(
+        spec,
+        cluster,
+        keep,
+        when,
+        previous,
+        SolveOptions(time_limit_s=time_limit),
+        allow_moves=allow_moves,
+        target=target.value,
+        nccl=nccl,
+        target_version=target_version,
+        progress=say,
+    )
+    record = result.record()
+    if decision is not None:
+        write_output(decision, json.dumps(record, indent=2, sort_keys=False) + "\n", "--decision", inputs)
+    if placement is not None and result.placement is not None:
+        write_output(placement, records_text([(result.spec, result.placement)]), "--placement", inputs)
+    docs = result.full if full else result.apply
+    if docs:
+        sys.stdout.write(to_json_list(docs) if output is OutputFormat.json else to_yaml(docs))
+        sys.stdout.flush()
+    d = result.decision
+    say(
+        f"{record['deployment']}: {d.action}{' ' + d.scope if d.scope else ''}; "
+        f"{record['gpus']['before']} -> {record['gpus']['after']} GPUs; {len(result.apply)} object(s) to apply, "
+        f"{len(result.prune)} to prune"
+    )
+    for key in record["objects"]["prune"]:
+        say(f"  prune {key}")
+    if result.moves:
+        say(f"  moved (--allow-moves): {', '.join(result.moves)}")

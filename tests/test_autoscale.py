@@ -1,0 +1,215 @@
+"""placer autoscale: on a recorded trace it scales out on the trigger (before the SLO breaks), holds during
+the cool-down, scales back in after scaleDownAfter; it prints only new and changed objects, never moves what
+runs, stays within its bounds for any telemetry, and gives the same bytes for the same inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_cli import assert_clean_failure, run
+
+from placer.emit.readback import load_running
+from placer.model.errors import InputError
+from placer.model.load import load_spec
+from placer.pipeline import Observed, Shape, State, decide
+from placer.solver.autoscale import parse_now, state_of
+
+DATA = Path(__file__).parent / "data" / "autoscale"
+SPEC = DATA / "spec.yaml"
+
+
+def _cluster(tmp_path: Path, metrics: dict, name: str, busy: dict | None = None) -> Path:
+    doc = yaml.safe_load((DATA / "cluster.yaml").read_text())
+    for node in doc["nodes"]:
+        if node["name"] in metrics:
+            node["metrics"] = metrics[node["name"]]
+        if busy and node["name"] in busy:
+            node["busy"] = busy[node["name"]]
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _docs(text: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def _key(doc: dict) -> tuple[str, str]:
+    return doc["kind"], doc["metadata"]["name"]
+
+
+def _no_status(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if "placer.dev/solver-status" not in line)
+
+
+def _pods(path: Path) -> dict:
+    return {k: inst.pods for r in load_running([path]) for k, inst in r.instances.items()}
+
+
+def test_the_recorded_trace_scales_out_on_the_trigger_holds_then_scales_in(tmp_path):
+    trace = yaml.safe_load((DATA / "trace.yaml").read_text())
+    slo = load_spec(SPEC).slo.ttft_ms
+    running, state = DATA / "running.yaml", None
+    first_full = run("solve", SPEC, DATA / "cluster.yaml", "-q").stdout
+    previous_full = first_full
+    for n, step in enumerate(trace):
+        cluster = _cluster(tmp_path, step["metrics"], f"c{n}.yaml")
+        decision, after = tmp_path / f"d{n}.json", tmp_path / f"p{n}.yaml"
+        args = ["autoscale", SPEC, cluster, "--keep", running, "--now", str(step["now"]), "--decision", decision]
+        args += ["--placement", after, *(["--state", state] if state else [])]
+        proc = run(*args)
+        assert proc.returncode == 0, proc.stderr
+        record = json.loads(decision.read_text())
+        assert f"{record['action']} {record['scope']}".strip() == step["expect"], record["reason"]
+        full = run(*args[:-4], "--full", *(["--state", state] if state else [])).stdout
+        if record["action"] == "none":
+            assert proc.stdout == ""  # nothing to apply, nothing placed
+            assert full == previous_full
+            assert not after.exists()
+        else:
+            before_pods, after_pods = _pods(running), _pods(after)
+            # never moves a running instance: every kept instance has the pods it had
+            assert all(after_pods[k] == v for k, v in before_pods.items() if k in after_pods)
+            old = {_key(d): d for d in _docs(previous_full)}
+            new = {_key(d): d for d in _docs(full)}
+            applied = {_key(d): d for d in _docs(proc.stdout)}
+            # only incremental objects: exactly those of the full set that are new or differ from before
+            assert applied == {k: d for k, d in new.items() if old.get(k) != d}
+            assert sorted(f"{k[0]}/{k[1]}" for k in set(old) - set(new)) == sorted(
+                p.split("/", 1)[0].split(".")[0] + "/" + p.rsplit("/", 1)[1] for p in record["objects"]["prune"]
+            )
+            running, previous_full = after, full
+        state = decision
+        if step["expect"] == "scale-out pool/prefill":
+            assert record["observed"]["prefill"]["ttftP90Ms"] < slo  # on the trigger, before the SLO breaks
+            assert ("StatefulSet", "chat-r0-prefill-1") in {_key(d) for d in _docs(proc.stdout)}
+        if n == 2:
+            assert "cooldown" in record["reason"]
+        if step["expect"] == "scale-in pool/prefill":
+            assert record["objects"]["prune"] == ["StatefulSet.apps/serving/chat-r0-prefill-1"]
+            # back to the first deployment, byte for byte but for the cost (the telemetry is part of it)
+            assert _no_status(full) == _no_status(first_full)
+
+
+def test_same_inputs_same_bytes(tmp_path):
+    step = yaml.safe_load((DATA / "trace.yaml").read_text())[1]
+    cluster = _cluster(tmp_path, step["metrics"], "c.yaml")
+    outs = []
+    for n in range(2):
+        d = tmp_path / f"d{n}.json"
+        proc = run("autoscale", SPEC, cluster, "--keep", DATA / "running.yaml", "--now", "60", "--decision", d)
+        assert proc.returncode == 0, proc.stderr
+        outs.append((proc.stdout, d.read_bytes()))
+    assert outs[0] == outs[1]
+
+
+def test_a_scale_out_that_does_not_fit_exits_1_and_says_why(tmp_path):
+    # n1 and n2 full, n3 has only the running deployment's 6 GPUs and two busy ones: no room for prefill-1
+    step = yaml.safe_load((DATA / "trace.yaml").read_text())[1]
+    cluster = _cluster(
+        tmp_path, step["metrics"], "c.yaml", busy={"n1": list(range(8)), "n2": list(range(8)), "n3": [6, 7]}
+    )
+    proc = run("autoscale", SPEC, cluster, "--keep", DATA / "running.yaml", "--now", "60")
+    assert_clean_failure(proc, 1)
+    assert "cannot be placed" in proc.stderr and "--allow-moves" in proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--now", "yesterday"], "--now"),
+        (["--now", "60", "--keep", "nothing.yaml"], "nothing of serving/chat runs"),
+    ],
+)
+def test_bad_input_exits_2(tmp_path, extra, message):
+    (tmp_path / "nothing.yaml").write_text("")
+    args = ["autoscale", SPEC, DATA / "cluster.yaml", *extra]
+    if "--keep" not in extra:
+        args += ["--keep", DATA / "running.yaml"]
+    proc = run(*args, cwd=tmp_path)
+    assert_clean_failure(proc, 2)
+    assert message in proc.stderr
+
+
+def test_time_must_not_run_backwards_and_the_state_must_be_a_record():
+    with pytest.raises(InputError, match="before the previous"):
+        state_of({"kind": "AutoscaleDecision", "state": {"at": 100}}, "s.json", 50)
+    with pytest.raises(InputError, match="decision record"):
+        state_of({"kind": "Placement"}, "s.json", 50)
+    assert parse_now("1970-01-01T00:01:00Z") == 60.0
+
+
+def test_a_spec_without_bounds_that_hold_is_refused(tmp_path):
+    doc = yaml.safe_load(SPEC.read_text())
+    doc["scaling"]["minReplicas"] = 3
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InputError, match="minReplicas 3 is more than maxReplicas 2"):
+        load_spec(path)
+    doc = yaml.safe_load(SPEC.read_text())
+    doc["pools"]["decode"]["scaling"]["scaleDownAfter"] = "soon"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InputError, match="not a duration"):
+        load_spec(path)
+
+
+SPEC_OBJ = load_spec(SPEC)
+
+
+def test_prefill_hot_and_decode_idle_shifts_one_instance():
+    shape = Shape(1, {"prefill": 1, "decode": 2})
+    seen = {"prefill": Observed(2, 1.0, 850.0), "decode": Observed(4, 0.2, 850.0)}
+    d = decide(SPEC_OBJ, shape, seen, State(), 0)
+    assert (d.action, d.scope) == ("shift", "pool/decode->pool/prefill")
+    assert d.after.instances == {"prefill": 2, "decode": 1}
+    assert d.after.gpus(SPEC_OBJ) == d.before.gpus(SPEC_OBJ)
+
+
+def test_replicas_scale_out_when_the_pools_are_at_their_maximum():
+    shape = Shape(1, {"prefill": 3, "decode": 3})
+    seen = {"prefill": Observed(6, 9.0, 990.0), "decode": Observed(6, 9.0, 990.0)}
+    d = decide(SPEC_OBJ, shape, seen, State(), 0)
+    assert (d.action, d.scope, d.after.replicas) == ("scale-out", "replicas", 2)
+    held = decide(SPEC_OBJ, shape, seen, State(0, 0, {}), 60)  # within the 300 s replica cooldown
+    assert held.action == "none" and "cooldown" in held.reason
+
+
+def test_no_telemetry_never_scales_in():
+    shape = Shape(2, {"prefill": 2, "decode": 2})
+    seen = {"prefill": Observed(4, None, None), "decode": Observed(4, None, None)}
+    d = decide(SPEC_OBJ, shape, seen, State(0, None, {"replicas": 0, "pool/decode": 0}), 10_000)
+    assert d.action == "none"
+
+
+_value = st.one_of(st.none(), st.floats(0, 50, allow_nan=False))
+_ttft = st.one_of(st.none(), st.floats(0, 3000, allow_nan=False))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    replicas=st.integers(1, 2),
+    prefill=st.integers(1, 3),
+    decode=st.integers(1, 3),
+    q=st.tuples(_value, _value),
+    t=st.tuples(_ttft, _ttft),
+    last=st.one_of(st.none(), st.floats(0, 1000)),
+    cold=st.dictionaries(st.sampled_from(["replicas", "pool/prefill", "pool/decode"]), st.floats(0, 1000)),
+    now=st.floats(1000, 5000),
+)
+def test_any_telemetry_keeps_the_bounds_and_the_hierarchical_minimums(replicas, prefill, decode, q, t, last, cold, now):
+    shape = Shape(replicas, {"prefill": prefill, "decode": decode})
+    seen = {"prefill": Observed(2 * prefill, q[0], t[0]), "decode": Observed(2 * decode, q[1], t[1])}
+    d = decide(SPEC_OBJ, shape, seen, State(None, last, cold), now)
+    a = d.after
+    assert 1 <= a.replicas <= 2
+    assert all(1 <= a.instances[p] <= 3 for p in ("prefill", "decode"))  # a complete instance of each, per replica
+    changed = abs(a.replicas - replicas) + sum(abs(a.instances[p] - shape.instances[p]) for p in a.instances)
+    assert changed == {"none": 0, "scale-out": 1, "scale-in": 1, "shift": 2}[d.action]
+    assert d.action == "none" or last is None or now - last >= 120
+    assert d.state.at == now
