@@ -301,7 +301,8 @@ def size(role: Role, inst: Instance, model: ModelCost, comm: Comm, load: Load, e
     if role == "prefill":
         terms = prefill_terms(load.prompt_p90, inst, model, comm, eff)
         neck: Bottleneck = terms.bottleneck
-        if point.ttft is not None and point.ttft - terms.total - comm.kv_s(kv_bytes(model, load.prompt_p90)) > terms.total:
+        wait = None if point.ttft is None else point.ttft - terms.total - comm.kv_s(kv_bytes(model, load.prompt_p90))
+        if wait is not None and wait > terms.total:
             neck = "queueing"
     else:
         terms = decode_step_terms(point.batch or 0.0, inst, model, comm, load, eff)

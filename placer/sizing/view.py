@@ -65,8 +65,9 @@ def reasoning(result: SizeResult) -> list[Text]:
     m, load, eff = result.model, result.load, result.efficiency
     lines.append(
         Text(
-            f"model: {m.parameters / 1e9:.1f} B parameters x {m.bytes_per_element:g} B = {m.weight_bytes / 2**30:.0f} GiB "
-            f"of weights; KV {m.kv_bytes_per_token / 1024:.0f} KiB per token. Load per replica: {load.rate:g} req/s, "
+            f"model: {m.parameters / 1e9:.1f} B parameters x {m.bytes_per_element:g} B = "
+            f"{m.weight_bytes / 2**30:.0f} GiB of weights; KV {m.kv_bytes_per_token / 1024:.0f} KiB per token. "
+            f"Load per replica: {load.rate:g} req/s, "
             f"prompt mean {load.prompt_mean} / p90 {load.prompt_p90} tokens, output {load.output_mean} tokens. "
             f"Efficiency: MFU {eff.mfu:g}, MBU {eff.mbu:g}, memory fraction {eff.memory_fraction:g} (docs/SIZING.md)."
         )
