@@ -26,6 +26,7 @@ RANK = {
     "baselines": 4,  # other policies, judged by the checker
     "emit": 4,  # placement -> manifests, records, read-back
     "explain": 5,  # why a placement is what it is
+    "sizing": 5,  # SLO -> instance counts: roofline + the placement's communication
     "pipeline": 6,  # the stages strung together
     "cli": 7,  # one file per command
     "__init__": 8,

@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from placer.cli import autoscale, cluster, explain, plan, schema, solve, validate
+from placer.cli import autoscale, cluster, explain, plan, schema, size, solve, validate
 
 app = typer.Typer(
     name="placer",
@@ -26,6 +26,7 @@ app.command("explain")(explain.explain_command)
 app.command("plan")(plan.plan_command)
 app.command("autoscale")(autoscale.autoscale_command)
 app.command("validate")(validate.validate_command)
+app.command("size")(size.size_command)
 app.command("schema")(schema.schema_command)
 app.add_typer(cluster.app, name="cluster")
 

@@ -68,12 +68,53 @@ class ModelShape(_Model):
     kv_heads: int = Field(ge=1, le=1024)
     head_dim: int = Field(ge=1, le=4096)
     bytes_per_element: float = Field(default=2, gt=0, le=8, description="2 for bf16/fp16, 1 for fp8.")
+    parameters: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e13,
+        description="Total parameter count (e.g. 7.06e+10); `placer size` derives FLOPs and weight bytes from it. "
+        "Default: derived from intermediateSize (docs/SIZING.md).",
+    )
+    intermediate_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1 << 22,
+        description="MLP width (gated, 3 matrices); sizes the parameter count when parameters is not given.",
+    )
 
 
 class Workload(_Model):
-    """Request shape used to turn link figures into times (defaults documented in docs/DESIGN.md)."""
+    """Request shape used to turn link figures into times (defaults documented in docs/DESIGN.md), and the
+    load ``placer size`` sizes the pools for (docs/SIZING.md). Every field is optional, so a spec written
+    for placement alone still loads."""
 
-    prompt_tokens: int = Field(default=2048, ge=1, le=10_000_000, description="Typical prompt length.")
+    prompt_tokens: int = Field(default=2048, ge=1, le=10_000_000, description="Typical (mean) prompt length.")
+    prompt_tokens_p90: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="90th-percentile prompt length: `placer size` meets ttftMs for it (default: promptTokens).",
+    )
+    output_tokens: int = Field(default=256, ge=1, le=10_000_000, description="Mean generated tokens per request.")
+    request_rate: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e7,
+        description="Requests per second the whole deployment (all replicas) must serve; `placer size` needs it.",
+    )
+
+    @model_validator(mode="after")
+    def _p90(self) -> Workload:
+        if self.prompt_tokens_p90 is not None and self.prompt_tokens_p90 < self.prompt_tokens:
+            raise ValueError(
+                f"promptTokensP90: {self.prompt_tokens_p90} is below the mean promptTokens {self.prompt_tokens}"
+            )
+        return self
+
+    @property
+    def prompt_p90(self) -> int:
+        """The prompt length the TTFT target is met for."""
+        return self.prompt_tokens if self.prompt_tokens_p90 is None else self.prompt_tokens_p90
 
 
 class GpuSelector(_Model):
@@ -296,8 +337,12 @@ class Objective(_Model):
 
 
 class Slo(_Model):
-    ttft_ms: float | None = Field(default=None, gt=0)
-    itl_ms: float | None = Field(default=None, gt=0)
+    """Latency targets. `placer explain` compares the communication share with them; `placer size` sizes
+    the pools to meet them (ttftMs for the p90 prompt after the mean queueing wait, itlMs for the mean
+    decode step; docs/SIZING.md)."""
+
+    ttft_ms: float | None = Field(default=None, gt=0, le=3.6e6, description="Time to first token, ms.")
+    itl_ms: float | None = Field(default=None, gt=0, le=3.6e6, description="Inter-token latency, ms.")
 
 
 class Dra(_Model):
