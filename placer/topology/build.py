@@ -139,11 +139,9 @@ def _fill_hits(spec: ClusterSpec, nodes: list[Node]) -> list[Node]:
     neutral = neutral_hit(known)
     out = []
     for node, hits in zip(nodes, known, strict=True):
-        if not node.gpus:
-            out.append(replace(node, kv_cache_hit=neutral, kv_cache_hit_known=0.0))
-            continue
-        mean = sum(hits.get(g.index, neutral) for g in node.gpus) / len(node.gpus)
-        out.append(replace(node, kv_cache_hit=mean, kv_cache_hit_known=len(hits) / len(node.gpus)))
+        unknown = frozenset(g.index for g in node.gpus if g.index not in hits)
+        mean = sum(hits.get(g.index, neutral) for g in node.gpus) / len(node.gpus) if node.gpus else neutral
+        out.append(replace(node, kv_cache_hit=mean, kv_cache_unknown=unknown))
     return out
 
 

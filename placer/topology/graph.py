@@ -44,7 +44,7 @@ class Node:
     schedulable: bool
     path: dict[str, str]  # level -> domain name given in the file (rack, leaf, nvlink-domain)
     ttft_p90_ms: float | None = None  # p90 time to first token of the engines here (telemetry; None: unknown)
-    kv_cache_hit_known: float = 1.0  # share of the node's GPUs whose hit rate the file gives (0: all neutral)
+    kv_cache_unknown: frozenset[int] = frozenset()  # GPUs whose hit rate is not measured (counted as neutral)
 
     @cached_property
     def free_gpus(self) -> tuple[int, ...]:
