@@ -385,3 +385,31 @@ def test_garbage_is_refused_or_parsed_never_crashes(text):
         parse_metrics(text, "m.json")
     except InputError as exc:
         assert str(exc).startswith("m.json")
+
+
+def test_lists_json_lines_nan_and_huge_numbers():
+    one = {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                {"metric": {"__name__": "a"}, "value": [1, "2"]},
+                {"metric": {"__name__": "b"}, "value": [1, "NaN"]},
+            ],
+        },
+    }
+    two = {
+        "status": "success",
+        "data": {"resultType": "matrix", "result": [{"metric": {"__name__": "c"}, "values": [[1, "3"], [2, "+Inf"]]}]},
+    }
+    as_list = parse_metrics(json.dumps([one, two]), "m.json")
+    as_lines = parse_metrics(json.dumps(one) + "\n" + json.dumps(two) + "\n", "m.jsonl")
+    assert [(s.name, s.points) for s in as_list.series] == [("a", ((1.0, 2.0),)), ("c", ((1.0, 3.0),))]
+    assert as_lines.series == as_list.series
+    assert "2 sample(s) were NaN or infinite" in as_list.notes[0].text
+    for bad in (
+        '{"status":"success","data":{"result":[{"metric":{},"value":[1' + "0" * 400 + ',"1"]}]}}',
+        "a 1 " + "9" * 5000,
+    ):
+        with pytest.raises(InputError, match="timestamp"):
+            parse_metrics(bad, "m")

@@ -152,7 +152,8 @@ def _response_series(doc: Any, source: str, where: str) -> tuple[list[Series], i
             else:
                 dropped += 1
         name = labels.pop("__name__", "")
-        out.append(Series(name, tuple(sorted(labels.items())), tuple(sorted(points))))
+        if points:  # a series with only "no data" samples says nothing
+            out.append(Series(name, tuple(sorted(labels.items())), tuple(sorted(points))))
     return out, dropped
 
 
@@ -167,14 +168,26 @@ def _point(pair: Any, source: str, at: str) -> tuple[float, float]:
     if not isinstance(pair, list) or len(pair) != 2:
         raise error(source, None, f'{at}: expected [timestamp, "value"]')
     ts, value = pair
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+    stamp = _finite(ts)
+    if isinstance(ts, bool) or stamp is None:
         raise error(source, None, f"{at}: the timestamp must be a number (unix seconds)")
     number = _number(value) if isinstance(value, str) else None
     if number is None:
         raise error(
             source, None, f'{at}: the value must be a number in a string, e.g. "0.5", got {short(str(value), 30)}'
         )
-    return float(ts), number
+    return stamp, number
+
+
+def _finite(value: Any) -> float | None:
+    """A JSON number as a finite float; None for anything else (a 400-digit integer included)."""
+    if not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _number(text: str) -> float | None:
@@ -214,7 +227,7 @@ def _parse_exposition(text: str, source: str) -> MetricsFile:
         if not math.isfinite(value):
             dropped += 1
             continue
-        ts = int(stamp) / 1000 if stamp else 0.0
+        ts = _millis(stamp, source, n) if stamp else 0.0
         series.append(Series(name, tuple(sorted(labels.items())), ((ts, value),)))
         if len(series) > MAX_SERIES:
             raise error(source, n, f"more than {MAX_SERIES} series")
@@ -222,6 +235,13 @@ def _parse_exposition(text: str, source: str) -> MetricsFile:
         raise error(source, None, "no samples: expected Prometheus API JSON or the text exposition format")
     notes = (Note(source, None, f"{dropped} sample(s) were NaN or infinite; left out"),) if dropped else ()
     return MetricsFile(source, "text exposition", tuple(series), notes)
+
+
+def _millis(stamp: str, source: str, line: int) -> float:
+    """The optional timestamp of a text-format sample: milliseconds since the epoch."""
+    if len(stamp) > 20:
+        raise error(source, line, f"timestamp {short(stamp, 30)} is not a time in milliseconds")
+    return int(stamp) / 1000
 
 
 def _exposition_labels(body: str, source: str, line: int) -> dict[str, str]:
