@@ -52,8 +52,11 @@ def solved(request):
     for t in TARGETS:
         try:
             docs[t] = build_manifests(spec, topo, placement, report, target=t)
-        except InputError:  # dynamo refuses a pool whose pods differ in GPU count (GB200 trays; test_dynamo.py)
-            if t != "dynamo" or request.param[1] != "gb200-nvl72-1008":
+        except InputError:
+            # dynamo and lws refuse a pool whose pods differ in GPU count (test_dynamo.py): on GB200 a TP8 group
+            # may span trays unevenly (the solver sees one NVLink domain; since unknown KV-cache hit rates are
+            # neutral, docs/DESIGN.md, the chosen trays are 1 + 3 + 4 GPUs)
+            if t not in ("dynamo", "lws") or request.param[1] != "gb200-nvl72-1008":
                 raise
     return request.param, spec, topo, placement, docs
 
