@@ -413,3 +413,32 @@ def test_lists_json_lines_nan_and_huge_numbers():
     ):
         with pytest.raises(InputError, match="timestamp"):
             parse_metrics(bad, "m")
+
+
+def test_dcgm_pod_attribution_puts_an_engine_on_its_gpus(tmp_path):
+    """dcgm-exporter in Kubernetes mode labels a GPU's series with the pod using it; the engine's series carry
+    the same pod label, so its queue lands on those GPUs, on the node DCGM's Hostname names."""
+
+    def item(name: str, value: str, **labels: str) -> dict:
+        return {"metric": {"__name__": name, **labels}, "value": [1700000000, value]}
+
+    pod = {"pod": "llama-decode-0", "namespace": "serving"}
+    doc = {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                item("DCGM_FI_DEV_GPU_UTIL", "97", gpu="2", Hostname="gpu-b", **pod),
+                item("DCGM_FI_DEV_GPU_UTIL", "95", gpu="3", Hostname="gpu-b", **pod),
+                item("DCGM_FI_DEV_GPU_UTIL", "0", gpu="0", Hostname="gpu-b"),
+                item("vllm:num_requests_waiting", "10", **pod),
+                item("vllm:prefix_cache_hits_total", "30", **pod),
+                item("vllm:prefix_cache_queries_total", "40", **pod),
+            ],
+        },
+    }
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(doc))
+    got = imported(tmp_path, ["gpu-a", "gpu-b"], [str(path)])
+    assert got["gpu-a"] is None
+    assert got["gpu-b"] == {"queueDepth": {2: 5.0, 3: 5.0}, "kvCacheHit": {2: 0.75, 3: 0.75}}

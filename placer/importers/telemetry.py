@@ -23,7 +23,7 @@ import fnmatch
 import math
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from placer.importers.common import Note
 from placer.importers.prom import MetricsFile, Series
@@ -69,6 +69,7 @@ REPORTED = {
     "DCGM_FI_PROF_PCIE_RX_BYTES": "traffic counter, not link capacity (fabric figures come from topology)",
 }
 ENGINE_PREFIXES = ("vllm:", "sglang:", "dynamo_", "DCGM_FI_")
+GENERIC = ("ignored: not a figure the placement cost reads", "ignored: not a serving-engine or DCGM metric")
 NODE_LABELS = ("node", "kubernetes_node")
 
 
@@ -218,132 +219,154 @@ def _engine_key(series: Series, node: str) -> tuple[str, tuple[tuple[str, str], 
     return node, tuple((k, v) for k, v in series.labels if k not in drop)
 
 
-def _gpus_of(
-    series: Series, node: str, view: ClusterView, pod_gpus: dict[str, tuple[str, tuple[int, ...]]]
-) -> tuple[int, ...]:
+def _gpus_of(series: Series, node: str, view: ClusterView) -> tuple[int, ...]:
     """The GPUs an engine's figures belong to: its pod's, when known, else all of the node's."""
     everything = tuple(range(view.gpus.get(node, 0)))
     pod = _pod_key(series)
-    if pod:
-        held = pod_gpus.get(pod) or view.pods.get(pod) or view.pods.get(pod.rpartition("/")[2])
-        if held and held[0] == node and held[1]:
-            return tuple(g for g in held[1] if g < len(everything)) or everything
+    held = (view.pods.get(pod) or view.pods.get(pod.rpartition("/")[2])) if pod else None
+    if held and held[0] == node and held[1]:
+        return tuple(g for g in held[1] if g < len(everything)) or everything
     return everything
+
+
+def with_dcgm_pods(inputs: list[MetricsInput], view: ClusterView) -> ClusterView:
+    """The view with the pods DCGM attributes GPUs to: their node, and their GPU indices where --pods has
+    none (only pods placer emitted carry them). --pods' node wins where the two disagree."""
+    dcgm = []
+    for item in inputs:
+        for s in item.file.series:
+            if s.name.startswith("DCGM_FI_") and (node := locate_node(s, item.node, view)[0]) is not None:
+                dcgm.append((s, node))
+    pods = dict(view.pods)
+    for pod, (node, gpus) in sorted(dcgm_pod_gpus(dcgm, view).items()):
+        known = pods.get(pod)
+        if known is None or (known[0] == node and not known[1]):
+            pods[pod] = (node, gpus)
+    return replace(view, pods=pods)
 
 
 # ---------------------------------------------------------------- the whole import
 
 
+Engine = tuple[str, tuple[tuple[str, str], ...]]  # (node, labels): one engine process's series
+
+
+@dataclass
+class _Figures:
+    """What the series add up to, per node and GPU, before they become the document's mapping."""
+
+    queue: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(float)))
+    hits: dict[str, dict[int, list[float]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
+    counters: dict[Engine, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    counter_gpus: dict[Engine, tuple[int, ...]] = field(default_factory=dict)
+    ttft: dict[tuple[str, str], dict[float, float]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(float))
+    )
+    util: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+
 def import_telemetry(inputs: list[MetricsInput], view: ClusterView) -> Telemetry:
     """Map every series to a node, reduce it, and build each node's ``metrics`` mapping."""
     usage: dict[tuple[str, str], int] = defaultdict(int)
-    notes: list[Note] = []
+    view = with_dcgm_pods(inputs, view)
+    located = locate_all(inputs, view, usage)
+    figures = _Figures()
+    for (node, _, _), (s, _) in sorted(located.items()):
+        use = add_series(figures, s, node, _gpus_of(s, node, view))
+        usage[(s.name, use)] += 1
+    notes = _counter_hits(figures)
+    metrics = {node: entry for node in sorted(view.gpus) if (entry := node_metrics(figures, node, view.gpus[node]))}
+    for node, values in sorted(figures.util.items()):
+        mean = sum(values) / len(values)
+        text = f"node {node}: mean {GPU_UTIL} {mean:.0f} % over {len(values)} GPU(s) (reported, not charged)"
+        notes.append(Note("--metrics", None, text))
+    return Telemetry(metrics, summary_rows(usage), notes)
+
+
+def locate_all(
+    inputs: list[MetricsInput], view: ClusterView, usage: dict[tuple[str, str], int]
+) -> dict[tuple[str, str, tuple[tuple[str, str], ...]], tuple[Series, str]]:
+    """Every series that reaches a node with GPUs, by (node, name, labels); the same series from two files
+    (an instant and a range query) has its points merged. The others are counted as ignored, with why."""
     located: dict[tuple[str, str, tuple[tuple[str, str], ...]], tuple[Series, str]] = {}
     for item in inputs:
         for s in item.file.series:
             node, how = locate_node(s, item.node, view)
             if node is None or view.gpus.get(node, 0) == 0:
-                why = how if node is None else f"node {node} has no GPUs"
-                usage[(s.name, f"ignored: {why}")] += 1
+                usage[(s.name, f"ignored: {how if node is None else f'node {node} has no GPUs'}")] += 1
                 continue
             key = (node, s.name, s.labels)
-            if key in located:  # the same series from two files (an instant and a range query): merge points
-                old = located[key][0]
-                merged = tuple(sorted(dict(old.points + s.points).items()))
+            if key in located:
+                merged = tuple(sorted(dict(located[key][0].points + s.points).items()))
                 s = Series(s.name, s.labels, merged)
             located[key] = (s, node)
-    pod_gpus = dcgm_pod_gpus(list(located.values()), view)
-    queue: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
-    hits: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    counters: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, float]] = defaultdict(dict)
-    counter_gpus: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[int, ...]] = {}
-    ttft: dict[tuple[str, str], dict[float, float]] = defaultdict(lambda: defaultdict(float))
-    util: dict[str, list[float]] = defaultdict(list)
-    for (node, name, _), (s, _) in sorted(located.items()):
-        gpus = _gpus_of(s, node, view, pod_gpus)
-        if name in QUEUE:
-            value = gauge_value(s.points)
-            if value < 0:
-                usage[(name, "ignored: negative queue length")] += 1
-                continue
-            for g in gpus:
-                queue[node][g] += value / len(gpus)
-            usage[(name, "used: queueDepth (waiting requests / the engine's GPUs)")] += 1
-        elif name in HIT_RATE:
-            value = gauge_value(s.points)
-            if not 0 <= value <= 1:
-                usage[(name, "ignored: a hit rate outside 0..1")] += 1
-                continue
-            for g in gpus:
-                hits[node][g].append(value)
-            usage[(name, "used: kvCacheHit")] += 1
-        elif name in HIT_COUNTERS:
-            engine = _engine_key(s, node)
-            counters[engine][HIT_COUNTERS[name]] = counter_increase(s.points)
-            counter_gpus[engine] = gpus
-            usage[(name, "used: kvCacheHit = hits / queries (increase over the range)")] += 1
-        elif name in TTFT:
-            le = s.label("le")
-            bound = _le(le)
-            if bound is None:
-                usage[(name, "ignored: bucket without a numeric le label")] += 1
-                continue
-            ttft[(node, name)][bound] += counter_increase(s.points)
-            usage[(name, "used: ttftP90Ms (histogram_quantile 0.9, buckets summed per node)")] += 1
-        elif name == GPU_UTIL:
-            util[node].append(gauge_value(s.points))
-            usage[(name, f"reported: {REPORTED[name]}")] += 1
-        elif name in REPORTED:
-            usage[(name, f"reported: {REPORTED[name]}")] += 1
-        elif name.startswith(ENGINE_PREFIXES):
-            usage[(name, "ignored: not a figure the placement cost reads")] += 1
-        else:
-            usage[(name, "ignored: not a serving-engine or DCGM metric")] += 1
-    for engine, pair in sorted(counters.items()):
-        node = engine[0]
-        if "hits" in pair and "queries" in pair and pair["queries"] > 0:
+    return located
+
+
+def add_series(figures: _Figures, s: Series, node: str, gpus: tuple[int, ...]) -> str:
+    """Fold one series into the figures; returns what became of it (the summary's "use" column)."""
+    if s.name in QUEUE:
+        value = gauge_value(s.points)
+        if value < 0:
+            return "ignored: negative queue length"
+        for g in gpus:
+            figures.queue[node][g] += value / len(gpus)
+        return "used: queueDepth (waiting requests / the engine's GPUs)"
+    if s.name in HIT_RATE:
+        value = gauge_value(s.points)
+        if not 0 <= value <= 1:
+            return "ignored: a hit rate outside 0..1"
+        for g in gpus:
+            figures.hits[node][g].append(value)
+        return "used: kvCacheHit"
+    if s.name in HIT_COUNTERS:
+        engine = _engine_key(s, node)
+        figures.counters[engine][HIT_COUNTERS[s.name]] = counter_increase(s.points)
+        figures.counter_gpus[engine] = gpus
+        return "used: kvCacheHit = hits / queries (increase over the range)"
+    if s.name in TTFT:
+        bound = _le(s.label("le"))
+        if bound is None:
+            return "ignored: bucket without a numeric le label"
+        figures.ttft[(node, s.name)][bound] += counter_increase(s.points)
+        return "used: ttftP90Ms (histogram_quantile 0.9, buckets summed per node)"
+    if s.name == GPU_UTIL:
+        figures.util[node].append(gauge_value(s.points))
+    if s.name in REPORTED:
+        return f"reported: {REPORTED[s.name]}"
+    if s.name.startswith(ENGINE_PREFIXES):
+        return GENERIC[0]
+    return GENERIC[1]
+
+
+def _counter_hits(figures: _Figures) -> list[Note]:
+    """vLLM's counters become hit rates per engine; an engine nothing has queried yet stays unknown."""
+    notes = []
+    for engine, pair in sorted(figures.counters.items()):
+        node, labels = engine
+        if pair.get("queries", 0) > 0 and "hits" in pair:
             ratio = min(1.0, max(0.0, pair["hits"] / pair["queries"]))
-            for g in counter_gpus[engine]:
-                hits[node][g].append(ratio)
-        elif "hits" in pair and "queries" in pair:
-            notes.append(
-                Note(
-                    "--metrics",
-                    None,
-                    f"node {node}, engine {_label_text(engine[1])}: no prefix-cache queries yet; "
-                    "hit rate unknown (neutral)",
-                )
-            )
-    metrics: dict[str, dict[str, object]] = {}
-    for node in sorted(set(queue) | set(hits) | {n for n, _ in ttft}):
-        entry: dict[str, object] = {}
-        if node in queue:
-            depth = _per_gpu({g: min(v, MAX_QUEUE_DEPTH) for g, v in queue[node].items()}, view.gpus[node], 3)
-            entry["queueDepth"] = depth
-        if node in hits:
-            entry["kvCacheHit"] = _per_gpu({g: sum(v) / len(v) for g, v in hits[node].items()}, view.gpus[node], 4)
-        p90s = [
-            p
-            for (n, _), b in sorted(ttft.items())
-            if n == node and (p := histogram_quantile(0.9, list(b.items()))) is not None
-        ]
-        if p90s:
-            entry["ttftP90Ms"] = round(max(p90s) * 1000, 1)
-        if entry:
-            metrics[node] = entry
-    for node, values in sorted(util.items()):
-        mean = sum(values) / len(values)
-        notes.append(
-            Note(
-                "--metrics",
-                None,
-                f"node {node}: mean {GPU_UTIL} {mean:.0f} % over {len(values)} GPU(s) (reported, not charged)",
-            )
-        )
-    return Telemetry(metrics, summary_rows(usage), notes)
+            for g in figures.counter_gpus[engine]:
+                figures.hits[node][g].append(ratio)
+            continue
+        why = "no prefix-cache queries yet" if "queries" in pair else "prefix-cache hits without queries"
+        notes.append(Note("--metrics", None, f"node {node}, engine {_label_text(labels)}: {why}; hit rate unknown"))
+    return notes
 
 
-GENERIC = ("ignored: not a figure the placement cost reads", "ignored: not a serving-engine or DCGM metric")
+def node_metrics(figures: _Figures, node: str, gpu_count: int) -> dict[str, object]:
+    """The document's ``metrics`` of one node (empty when nothing reached it)."""
+    entry: dict[str, object] = {}
+    if node in figures.queue:
+        queue = {g: min(v, MAX_QUEUE_DEPTH) for g, v in figures.queue[node].items()}
+        entry["queueDepth"] = _per_gpu(queue, gpu_count, 3)
+    if node in figures.hits:
+        entry["kvCacheHit"] = _per_gpu({g: sum(v) / len(v) for g, v in figures.hits[node].items()}, gpu_count, 4)
+    p90s = [histogram_quantile(0.9, list(b.items())) for (n, _), b in sorted(figures.ttft.items()) if n == node]
+    known = [p for p in p90s if p is not None]
+    if known:  # several engines' histograms: the worst p90, what an autoscaling trigger must see
+        entry["ttftP90Ms"] = round(max(known) * 1000, 1)
+    return entry
 
 
 def summary_rows(usage: dict[tuple[str, str], int], examples: int = 4) -> list[Usage]:
