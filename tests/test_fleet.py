@@ -354,12 +354,13 @@ def test_plan_on_the_fixture_batch_frees_a_leaf_with_one_move(tmp_path):
 
 
 def test_a_deployment_left_out_one_by_one_is_placed_jointly(tmp_path):
-    # n1 (4 free) and n2 (8 free) report cache hits, so they are cheap; n3 and n4 have 4 free each.
+    # n1 (4 free) and n2 (8 free) report cache hits, so they are cheap; n3 and n4 have 4 free each and report
+    # misses (an unknown hit rate would be neutral, the mean of the known ones: docs/DESIGN.md).
     # "wide" (3 x TP4, the larger, placed first) alone takes n1 + n2; then "whole" (TP8) has no whole node.
     # Together: wide on n1, n3, n4 and whole on n2.
     cluster = leaf_cluster(
         tmp_path,
-        [("n1", [0, 1, 2, 3], 0.9), ("n2", [], 0.9), ("n3", [0, 1, 2, 3], None), ("n4", [0, 1, 2, 3], None)],
+        [("n1", [0, 1, 2, 3], 0.9), ("n2", [], 0.9), ("n3", [0, 1, 2, 3], 0.0), ("n4", [0, 1, 2, 3], 0.0)],
     )
     topo = build_topology(load_cluster(cluster))
     wide = ServingTopology.model_validate(_spec_doc("wide", 4, 3))

@@ -195,7 +195,8 @@ def test_a_cordoned_node_makes_keep_report_and_plan_move(tmp_path):
 
 def test_a_repaired_deployment_gets_as_many_replicas_as_fit(tmp_path):
     half = [0, 1, 2, 3]
-    rows = [("n1", [], 0.9), ("n2", [], 0.9), *((f"n{i}", half, None) for i in range(3, 7))]
+    # n1, n2 report cache hits, n3..n6 misses (an unknown hit rate would be neutral, docs/DESIGN.md)
+    rows = [("n1", [], 0.9), ("n2", [], 0.9), *((f"n{i}", half, 0.0) for i in range(3, 7))]
     cluster = leaf_cluster(tmp_path, rows, "rep.yaml")
     whole = _spec_doc("whole", 8, 1, replicas=2)
     whole["minReplicas"] = 1

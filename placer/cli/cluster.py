@@ -76,6 +76,14 @@ def import_command(
         Path | None,
         typer.Option("--resourceslices", help="kubectl get resourceslices -o json: GPU uuids and bus ids (DRA)."),
     ] = None,
+    metrics: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metrics",
+            help="[NODE=]FILE: Prometheus API JSON (/api/v1/query[_range]) or /metrics text of vLLM, SGLang, "
+            "Dynamo or DCGM: queue depth, KV-cache hit, TTFT p90 per node (NODE: where unlabelled series belong).",
+        ),
+    ] = None,
     label_preset: Annotated[
         str,
         typer.Option(
@@ -104,6 +112,9 @@ def import_command(
 
     Example: placer cluster import --nodes nodes.json --pods pods.json --topo 'dgx-*=topo.txt' -o cluster.yaml
 
+    Telemetry: --metrics m.json (curl 'http://prom:9090/api/v1/query?query=vllm:num_requests_waiting'), or
+    --metrics dgx-001=engine.txt (curl dgx-001:8000/metrics).
+
     The cluster YAML goes to --out (or stdout); the summary goes to stderr. See docs/IMPORT.md.
     """
     from placer.emit.files import check_output
@@ -113,6 +124,7 @@ def import_command(
 
     inputs = [p for p in (nodes, pods, slurm, aws_topology, *(nccl_tests or ())) if p is not None]
     inputs += [Path(v.rpartition("=")[2]) for v in (*(topo or ()), *(nccl_xml or ()))]
+    inputs += [Path(v.partition("=")[2] or v) for v in metrics or ()]
     check_stdin_once(inputs)
     if out is not None:
         check_output(out, "--out", inputs)
@@ -125,6 +137,7 @@ def import_command(
         slurm=slurm,
         aws_topology=aws_topology,
         resourceslices=resourceslices,
+        metrics=tuple(metrics or ()),
         label_preset=label_preset,
         level_labels=tuple(level_label or ()),
         gpu_product=gpu_product,

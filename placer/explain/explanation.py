@@ -84,6 +84,7 @@ class CostTerm:
     weight: float
     units: int
     share: float  # of the total; 0 when the total is 0
+    note: str | None = None  # e.g. how many GPUs used had no measured KV-cache hit rate
 
 
 @dataclass(frozen=True)
@@ -160,12 +161,33 @@ def explain_placement(
         ("cacheMiss", w.cache_miss, report.cache_miss_units),
     ]
     total = report.total_units
-    ex.terms = [CostTerm(name, weight, units, units / total if total else 0.0) for name, weight, units in parts]
+    notes = {"cacheMiss": unknown_hit_note(topo, placement)}
+    ex.terms = [
+        CostTerm(name, weight, units, units / total if total else 0.0, notes.get(name)) for name, weight, units in parts
+    ]
     ex.slos = _slo_checks(spec, topo, placement, ex)
     placer_view = policy_view("placer", "placer (CP-SAT)", "placed", f"solver status: {st.status}", report)
     placer_view = replace(placer_view, preferred_misses=preferred_misses(spec, topo, report))
     ex.policies = [placer_view] + [_baseline_view(spec, topo, b, total) for b in baselines or []]
     return ex
+
+
+def unknown_hit_note(topo: Topology, placement: Placement) -> str | None:
+    """Say so when GPUs used have no measured KV-cache hit rate, rather than let the cache term pass for a
+    measurement: they are charged at the mean of the measured GPUs (nothing when none is measured)."""
+    nodes = {n.name: n for n in topo.nodes}
+    used = unknown = 0
+    for rep in placement.replicas:
+        for inst in rep.instances:
+            for pod in inst.pods:
+                node = nodes.get(pod.node)
+                used += len(pod.gpus)
+                unknown += sum(1 for g in pod.gpus if node is not None and g in node.kv_cache_unknown)
+    if not unknown:
+        return None
+    if all(n.kv_cache_unknown == frozenset(g.index for g in n.gpus) for n in topo.nodes):
+        return "hit rate unknown on every GPU: not charged"
+    return f"hit rate unknown on {unknown} of {used} GPUs used: charged at the measured GPUs' mean"
 
 
 def _instance_view(

@@ -196,7 +196,8 @@ def _cost(ex: Explanation) -> RenderableType:
     t.add_column("units", justify="right")
     t.add_column("share", justify="right")
     for term in ex.terms:
-        t.add_row(TERM_WORDS[term.name], f"{term.weight:g}", f"{term.units:,}", f"{term.share:.1%}")
+        words = TERM_WORDS[term.name] + (f" ({term.note})" if term.note else "")
+        t.add_row(words, f"{term.weight:g}", f"{term.units:,}", f"{term.share:.1%}")
     t.add_row("[bold]total[/]", "", f"[bold]{ex.total_units:,}[/]", "100%" if ex.total_units else "-")
     t.caption = "1 unit = 0.01 weighted µs; each term rounded on its own, exactly as the solver sums them"
     return t

@@ -23,8 +23,17 @@ from placer.importers.ledger import DEFAULT, Ledger
 from placer.importers.merge import Defaults, HardwareFile, Sources, apply_sources
 from placer.importers.nccl_tests import parse_nccl_tests
 from placer.importers.nccl_xml import parse_nccl_xml
+from placer.importers.prom import MetricsFile, parse_metrics
 from placer.importers.resourceslices import gpu_ids, parse_resourceslices
 from placer.importers.slurm import parse_slurm
+from placer.importers.telemetry import (
+    ClusterView,
+    MetricsInput,
+    Telemetry,
+    Usage,
+    import_telemetry,
+    match_node,
+)
 from placer.importers.topo_matrix import parse_topo_matrix
 from placer.model.cluster import ClusterSpec
 from placer.model.errors import InputError
@@ -42,6 +51,7 @@ class ImportOptions:
     slurm: Path | None = None
     aws_topology: Path | None = None
     resourceslices: Path | None = None
+    metrics: tuple[str, ...] = ()  # "[NODE=]FILE": Prometheus API JSON or /metrics text
     label_preset: str = "auto"
     level_labels: tuple[str, ...] = ()  # "LEVEL=KEY"
     gpu_product: str | None = None
@@ -63,6 +73,7 @@ class ImportReport:
     notes: list[Note] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
     provenance: dict[str, dict[str, int]] = field(default_factory=dict)  # field -> origin -> nodes
+    telemetry: list[Usage] = field(default_factory=list)  # every metric seen in --metrics, and its use
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,22 @@ class ImportResult:
     spec: ClusterSpec
     topology: Topology
     report: ImportReport
+
+
+def read_metrics(options: ImportOptions, lines: list[SourceLine]) -> tuple[tuple[str | None, MetricsFile], ...]:
+    """Parse every --metrics file: (NODE of NODE=FILE or None, the file's series)."""
+    out = []
+    for value in options.metrics:
+        node, sep, file = value.partition("=")
+        if not sep:
+            node, file = "", value
+        elif not node or not file:
+            raise InputError(f"--metrics {value!r}: expected NODE=FILE (e.g. 'dgx-001=vllm.txt') or FILE")
+        parsed = parse_metrics(read_source(Path(file)), file)
+        out.append((node or None, parsed))
+        where = f"{node}: " if node else ""
+        lines.append(SourceLine("telemetry", file, f"{where}{len(parsed.series)} series ({parsed.form})"))
+    return tuple(out)
 
 
 def read_sources(options: ImportOptions) -> tuple[Sources, list[SourceLine]]:
@@ -147,7 +174,12 @@ def _levels(values: tuple[str, ...]) -> dict[str, list[str]]:
     return out
 
 
-def merge_sources(sources: Sources, options: ImportOptions, lines: list[SourceLine] | None = None) -> ImportResult:
+def merge_sources(
+    sources: Sources,
+    options: ImportOptions,
+    lines: list[SourceLine] | None = None,
+    metrics: tuple[tuple[str | None, MetricsFile], ...] = (),
+) -> ImportResult:
     """Merge parsed sources into a validated cluster (the part of the import that does not read files)."""
     if not (sources.nodes or sources.slurm or sources.aws or sources.hardware):
         raise InputError("nothing to import: give --nodes, --topo, --nccl-xml, --slurm or --aws-topology")
@@ -173,7 +205,19 @@ def merge_sources(sources: Sources, options: ImportOptions, lines: list[SourceLi
         if overrides:
             document["overrides"] = overrides
             spec, topo = _validate(document)
+    usage: list[Usage] = []
+    if metrics:
+        found = _telemetry(metrics, sources, ledger, topo, ids)
+        usage = found.usage
+        notes += found.notes
+        for node in document["nodes"]:
+            if node["name"] in found.metrics:
+                node["metrics"] = found.metrics[node["name"]]
+        spec, topo = _validate(document)
     report = _report(sources, ledger, lines or [], notes, fabric_origin)
+    report.telemetry = usage
+    if any("metrics" in n for n in document["nodes"]):
+        report.provenance["metrics"] = {"telemetry (--metrics)": sum("metrics" in n for n in document["nodes"])}
     if id_origin:
         report.provenance["gpuIds"] = dict(sorted(id_origin.items()))
     if sources.resourceslices is not None:
@@ -186,7 +230,51 @@ def merge_sources(sources: Sources, options: ImportOptions, lines: list[SourceLi
 def import_cluster(options: ImportOptions) -> ImportResult:
     with collector_paused():
         sources, lines = read_sources(options)
-        return merge_sources(sources, options, lines)
+        metrics = read_metrics(options, lines)
+        return merge_sources(sources, options, lines, metrics)
+
+
+def _telemetry(
+    metrics: tuple[tuple[str | None, MetricsFile], ...],
+    sources: Sources,
+    ledger: Ledger,
+    topo: Topology,
+    ids: dict[str, list[dict[str, Any]]],
+) -> Telemetry:
+    """The cluster as the telemetry mapping sees it, and the mapping's result."""
+
+    def resolve(name: str) -> str | None:
+        draft = ledger.resolve(name)
+        return draft.name if draft is not None else None
+
+    pods: dict[str, tuple[str, tuple[int, ...] | None]] = {}
+    bare: Counter[str] = Counter()
+    for use in sources.pods.usages if sources.pods else ():
+        node = resolve(use.node)
+        if node is not None:
+            pods[use.pod] = (node, use.gpu_indices)
+            bare[use.pod.rpartition("/")[2]] += 1
+    for use in sources.pods.usages if sources.pods else ():
+        name = use.pod.rpartition("/")[2]
+        if bare[name] == 1 and use.pod in pods:
+            pods.setdefault(name, pods[use.pod])  # engines' series may carry pod without namespace
+    uuids = {g["uuid"]: (node, g["index"]) for node, entries in ids.items() for g in entries if g.get("uuid")}
+    view = ClusterView({n.name: len(n.gpus) for n in topo.nodes}, resolve, pods, uuids)
+    names = [n.name for n in topo.nodes]
+    inputs: list[MetricsInput] = []
+    notes: list[Note] = []
+    for node, parsed in metrics:
+        targets = match_node(node, names, resolve) if node is not None else [None]
+        if not targets:
+            notes.append(
+                Note(parsed.source, None, f"NODE {node!r} matches no node; series that name no node are ignored")
+            )
+            targets = [None]
+        inputs += [MetricsInput(parsed, t) for t in targets]
+        notes += parsed.notes
+    found = import_telemetry(inputs, view)
+    found.notes[:0] = notes
+    return found
 
 
 def _validate(document: dict[str, Any]) -> tuple[ClusterSpec, Topology]:

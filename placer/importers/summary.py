@@ -183,6 +183,13 @@ def render_import(report: ImportReport, summary: ClusterSummary) -> RenderableTy
         for origin, n in by.items():
             _row(origins, key, Text(origin, style="yellow" if origin == "default" else ""), str(n))
     parts: list[RenderableType] = [sources, render_summary(summary), origins]
+    if report.telemetry:
+        used = Table(title="telemetry series (--metrics): used, reported or ignored", title_justify="left")
+        for col in ("metric", "series", "use"):
+            used.add_column(col, overflow="fold", justify="right" if col == "series" else "left")
+        for row in report.telemetry:
+            _row(used, row.metric, str(row.series), row.use)
+        parts.append(used)
     if report.conflicts:
         parts.append(Text(f"conflicts ({len(report.conflicts)}):", style="bold red"))
         parts.extend(_line(f"  - {c}") for c in report.conflicts)

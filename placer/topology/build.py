@@ -51,12 +51,35 @@ def _resolve_gpus(node: NodeSpec, cls: NodeClass, where: str) -> tuple[Gpu, ...]
 def _mean_metric(value: float | dict[int, float] | None, gpus: tuple[Gpu, ...], default: float, where: str) -> float:
     if value is None or not gpus:
         return default
+    _check_indices(value, gpus, where)
+    if isinstance(value, dict):
+        return sum(value.get(g.index, default) for g in gpus) / len(gpus)
+    return float(value)
+
+
+def _check_indices(value: float | dict[int, float] | None, gpus: tuple[Gpu, ...], where: str) -> None:
     if isinstance(value, dict):
         unknown = sorted(set(value) - {g.index for g in gpus})
         if unknown:
             raise InputError(f"{where}: GPU index {unknown[0]} is not a GPU of this node")
-        return sum(value.get(g.index, default) for g in gpus) / len(gpus)
-    return float(value)
+
+
+def known_hits(value: float | dict[int, float] | None, gpus: tuple[Gpu, ...]) -> dict[int, float]:
+    """The GPUs of a node whose KV-cache hit rate the file gives (a number covers every GPU)."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return {g.index: value[g.index] for g in gpus if g.index in value}
+    return {g.index: float(value) for g in gpus}
+
+
+def neutral_hit(known: list[dict[int, float]]) -> float:
+    """What an unknown KV-cache hit rate counts as: the mean of the known ones (per GPU), so that a node
+    without telemetry is neither avoided (as a 100 % miss would be) nor preferred (as a 0 % miss would be)
+    over the nodes measured; 1.0 when no GPU is measured, which makes the cache term zero instead of a
+    constant that only inflates the objective. docs/DESIGN.md, "Unknown KV-cache hit rate"."""
+    values = [v for node in known for v in node.values()]
+    return sum(values) / len(values) if values else 1.0
 
 
 def _with_ids(node: NodeSpec, gpus: tuple[Gpu, ...], where: str) -> tuple[Gpu, ...]:
@@ -70,6 +93,7 @@ def _with_ids(node: NodeSpec, gpus: tuple[Gpu, ...], where: str) -> tuple[Gpu, .
 
 
 def _resolve_node(spec: ClusterSpec, i: int, node: NodeSpec) -> Node:
+    """The node with the KV-cache hit left at its known GPUs' mean; ``_fill_hits`` completes it."""
     where = f"nodes[{i}]"
     cls = _node_class(spec, node)
     gpus = _resolve_gpus(node, cls, where)
@@ -97,11 +121,28 @@ def _resolve_node(spec: ClusterSpec, i: int, node: NodeSpec) -> Node:
         cpu_free_m=max(0, cpu_total - k8s.millicores(node.used.cpu)),
         memory_free_bytes=max(0, mem_total - k8s.bytes_of(node.used.memory)),
         queue_depth=_mean_metric(node.metrics.queue_depth, gpus, 0.0, f"{where}.metrics.queueDepth"),
-        kv_cache_hit=_mean_metric(node.metrics.kv_cache_hit, gpus, 0.0, f"{where}.metrics.kvCacheHit"),
+        kv_cache_hit=_hit_checked(node.metrics.kv_cache_hit, gpus, f"{where}.metrics.kvCacheHit"),
         schedulable=node.schedulable,
         path={k: v for k, v in path.items() if v is not None},
         ttft_p90_ms=node.metrics.ttft_p90_ms,
     )
+
+
+def _hit_checked(value: float | dict[int, float] | None, gpus: tuple[Gpu, ...], where: str) -> float:
+    _check_indices(value, gpus, where)
+    return 0.0  # placeholder until every node is resolved: the neutral value needs all of them
+
+
+def _fill_hits(spec: ClusterSpec, nodes: list[Node]) -> list[Node]:
+    """Each node's mean KV-cache hit over its GPUs, unknown GPUs counting as the cluster's neutral value."""
+    known = [known_hits(n.metrics.kv_cache_hit, node.gpus) for n, node in zip(spec.nodes, nodes, strict=True)]
+    neutral = neutral_hit(known)
+    out = []
+    for node, hits in zip(nodes, known, strict=True):
+        unknown = frozenset(g.index for g in node.gpus if g.index not in hits)
+        mean = sum(hits.get(g.index, neutral) for g in node.gpus) / len(node.gpus) if node.gpus else neutral
+        out.append(replace(node, kv_cache_hit=mean, kv_cache_unknown=unknown))
+    return out
 
 
 def _level_link(spec: ClusterSpec, level: str, node: Node | None) -> tuple[float, float]:
@@ -124,7 +165,7 @@ def _level_link(spec: ClusterSpec, level: str, node: Node | None) -> tuple[float
 
 def build_topology(spec: ClusterSpec) -> Topology:
     """Resolve nodes, build and compress the domain tree, and build the link graph."""
-    nodes = [_resolve_node(spec, i, n) for i, n in enumerate(spec.nodes)]
+    nodes = _fill_hits(spec, [_resolve_node(spec, i, n) for i, n in enumerate(spec.nodes)])
     raw: dict[str, Domain] = {"spine/cluster": Domain("spine/cluster", "spine")}
     # Phase 2a: the full tree, every level present; missing levels become single-child domains.
     node_domain: list[str] = []

@@ -13,7 +13,9 @@ Formulas (docs/DESIGN.md has the derivations):
   path's bandwidth x lanes: inside a node or NVLink domain every GPU pair moves its shard in parallel
   (lanes = min of the two group sizes); over the network a node stripes over its rails (lanes = rails per
   node), divided by the spine's oversubscription when the path crosses the spine.
-* telemetry: ``w3 x queue_depth`` (requests) and ``w4 x (1 - kv_cache_hit)`` per GPU used, node means.
+* telemetry: ``w3 x queue_depth`` (requests) and ``w4 x (1 - kv_cache_hit)`` per GPU used, node means. A GPU
+  whose hit rate is unknown counts as the mean of the known ones (1.0, no charge, when none is known): an
+  unmeasured node is neither a 100 % miss nor a free pass (placer.topology.build.neutral_hit).
 
 Every term is rounded to integer *cost units* (0.01 us-equivalents) term by term, so the solver's integer
 objective and the checker's recomputation agree exactly.

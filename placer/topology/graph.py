@@ -40,10 +40,11 @@ class Node:
     cpu_free_m: int  # millicores left for new pods
     memory_free_bytes: int
     queue_depth: float  # mean over the node's GPUs
-    kv_cache_hit: float  # mean over the node's GPUs
+    kv_cache_hit: float  # mean over the node's GPUs; unknown GPUs count as the cluster's neutral value
     schedulable: bool
     path: dict[str, str]  # level -> domain name given in the file (rack, leaf, nvlink-domain)
     ttft_p90_ms: float | None = None  # p90 time to first token of the engines here (telemetry; None: unknown)
+    kv_cache_unknown: frozenset[int] = frozenset()  # GPUs whose hit rate is not measured (counted as neutral)
 
     @cached_property
     def free_gpus(self) -> tuple[int, ...]:
