@@ -92,7 +92,7 @@ def test_a_ttft_below_one_idle_prefill_has_no_count_and_says_why() -> None:
 
 # --- the published benchmark ------------------------------------------------------------------------------
 # NVIDIA NIM LLM Benchmarking, "Performance", Llama-3.3-70b-instruct, NIM 1.8.0, 2 x H100 80G, fp8, TP2,
-# 5000 input / 500 output tokens (https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance.html).
+# 5000 input / 500 output tokens (https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance).
 # Rows: concurrency, TTFT ms, ITL ms, output tokens/s of the one TP2 instance. At a row's load one instance
 # meets that row's TTFT and ITL, so a deployment serving K times that rate within those targets needs K
 # instances. docs/SIZING.md states the accuracy: per-instance capacity within 25 %, instance count within
