@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from fixtures_solved import solved_fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from k8s_acceptance import assert_accepted, made_pods
@@ -19,12 +20,8 @@ from placer.emit.manifests import build_manifests, to_yaml
 from placer.emit.targets import common
 from placer.model import engines
 from placer.model.errors import InputError
-from placer.model.load import load_cluster, load_spec
+from placer.model.load import load_spec
 from placer.model.spec import ServingTopology
-from placer.pipeline import verify_placement
-from placer.solver.problem import build_problem
-from placer.solver.solve import SolveOptions, solve
-from placer.topology.build import build_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "presets"
@@ -59,18 +56,12 @@ def with_engine(spec: ServingTopology, engine: str, router: str | None = None) -
 
 @pytest.fixture(scope="module")
 def disagg():
-    spec = load_spec(ROOT / "fixtures" / "specs" / "llama-70b-disagg.yaml")
-    topo = build_topology(load_cluster(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"))
-    placement = solve(build_problem(spec, topo), SolveOptions())
-    return spec, topo, placement, verify_placement(spec, topo, placement)
+    return solved_fixture("llama-70b-disagg")
 
 
 @pytest.fixture(scope="module")
 def multinode():
-    spec = load_spec(ROOT / "fixtures" / "specs" / "tp16-multinode.yaml")
-    topo = build_topology(load_cluster(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"))
-    placement = solve(build_problem(spec, topo), SolveOptions())
-    return spec, topo, placement, verify_placement(spec, topo, placement)
+    return solved_fixture("tp16-multinode")
 
 
 def flags(args: list[str]) -> dict[str, list[str | None]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fixtures_solved import solved_fixture
 from k8s_acceptance import assert_accepted
 from test_cli import run
 from test_engines import with_engine
@@ -28,10 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def disagg():
-    spec = load_spec(ROOT / "fixtures" / "specs" / "llama-70b-disagg.yaml")
-    topo = build_topology(load_cluster(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"))
-    placement = solve(build_problem(spec, topo), SolveOptions())
-    return spec, topo, placement, verify_placement(spec, topo, placement)
+    return solved_fixture("llama-70b-disagg")
 
 
 def routers(docs: list[dict]) -> list[dict]:

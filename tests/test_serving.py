@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fixtures_solved import solved_fixture
 from k8s_acceptance import made_pods
 from test_cli import run
 
@@ -31,10 +32,7 @@ URL = re.compile(r"http://([^:/\s,]+):(\d+)")
 
 @pytest.fixture(scope="module")
 def disagg():
-    spec = load_spec(ROOT / "fixtures" / "specs" / "llama-70b-disagg.yaml")
-    topo = build_topology(load_cluster(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"))
-    placement = solve(build_problem(spec, topo), SolveOptions(time_limit_s=10))
-    return spec, topo, placement, verify_placement(spec, topo, placement)
+    return solved_fixture("llama-70b-disagg")
 
 
 def leader_names(docs: list[dict]) -> dict[str, dict]:
