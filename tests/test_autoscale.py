@@ -69,7 +69,9 @@ def test_the_recorded_trace_scales_out_on_the_trigger_holds_then_scales_in(tmp_p
         full = run(*args[:-4], "--full", *(["--state", state] if state else [])).stdout
         if record["action"] == "none":
             assert proc.stdout == ""  # nothing to apply, nothing placed
-            assert full == previous_full
+            # the same objects; only the cost record moves with the telemetry (unknown hit rates are
+            # charged at the measured GPUs' mean, docs/DESIGN.md)
+            assert _no_status(full) == _no_status(previous_full)
             assert not after.exists()
         else:
             before_pods, after_pods = _pods(running), _pods(after)
