@@ -215,3 +215,15 @@ def test_any_telemetry_keeps_the_bounds_and_the_hierarchical_minimums(replicas, 
     assert changed == {"none": 0, "scale-out": 1, "scale-in": 1, "shift": 2}[d.action]
     assert d.action == "none" or last is None or now - last >= 120
     assert d.state.at == now
+
+
+@given(st.floats(0, 50), st.sampled_from([1, 2, 4, 8]), st.integers(2, 16))
+def test_one_fewer_never_projects_below_the_linear_share(q, gpus, units):
+    """Removing a unit raises each remaining unit's utilisation by n/(n-1); as queues grow like 1/(1-rho),
+    the projected queue is at least the linear share, and saturation reads as infinite."""
+    from placer.solver.autoscale import one_fewer
+
+    after = one_fewer(q, gpus, units)
+    assert after >= q * units / (units - 1) - 1e-9
+    rho = q * gpus / (1 + q * gpus) * units / (units - 1)
+    assert (after == float("inf")) == (rho >= 1)

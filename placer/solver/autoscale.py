@@ -109,6 +109,16 @@ def observe(
     }
 
 
+def one_fewer(queue_per_gpu: float, gpus_per_unit: float, units: int) -> float:
+    """The queue depth per GPU with one unit fewer. A serving engine is a queue: read each unit as M/M/1,
+    whose mean number in system L = rho / (1 - rho) gives its utilisation rho = L / (1 + L); the same load on
+    one unit fewer is rho x n / (n - 1), and its queue grows like 1 / (1 - rho), not linearly (a linear
+    projection let a scale-in be followed by the next scale-out). Saturated: infinite."""
+    per_unit = queue_per_gpu * gpus_per_unit
+    rho = per_unit / (1 + per_unit) * units / (units - 1)
+    return float("inf") if rho >= 1 else rho / (1 - rho) / gpus_per_unit
+
+
 def _judge(scope: str, policy: Scaling | PoolScaling, seen: list[tuple[str, Observed]], units: int) -> Signal:
     """Hot when any known signal is over its scaleUpWhen threshold; cold when every signal the policy names
     is known and, with one unit (replica or instance) fewer, would stay under scaleDownBelow x threshold."""
@@ -119,7 +129,7 @@ def _judge(scope: str, policy: Scaling | PoolScaling, seen: list[tuple[str, Obse
             q = o.queue_depth_per_gpu
             if q > up.queue_depth_per_gpu:
                 over.append(f"{pool} queueDepthPerGPU {q:g} > {up.queue_depth_per_gpu:g}")
-            after = q * units / (units - 1) if units > 1 else float("inf")
+            after = one_fewer(q, o.gpus / units, units) if units > 1 else float("inf")
             if after >= frac * up.queue_depth_per_gpu:
                 high.append(f"{pool} queueDepthPerGPU with one fewer {after:g} >= {frac * up.queue_depth_per_gpu:g}")
         elif up.queue_depth_per_gpu is not None:
