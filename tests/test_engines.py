@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 from fixtures_solved import solved_fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -328,3 +329,26 @@ def test_no_placeholder_router_image_anywhere():
     files += [*ROOT.glob("fixtures/specs/*.yaml"), *ROOT.glob("tests/golden/**/*.yaml")]
     marker = "ghcr.io/placer/" + "router"
     assert [str(f) for f in files if marker in f.read_text()] == []
+
+
+def test_a_kv_config_that_extends_placers_replaces_it_and_one_that_contradicts_is_refused(tmp_path):
+    """NIXL with more keys (kv_buffer_device) keeps placer's connector and role: the user's config is written
+    instead of placer's, once. A different kv_role contradicts the pool's role: exit 2 with file and line."""
+    extended = '{"kv_connector":"NixlConnector","kv_role":"kv_both","kv_buffer_device":"cuda"}'
+    path, _ = _write_with_args(tmp_path, json.dumps(["--kv-transfer-config", extended]))
+    done = run("solve", path, ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml", "-q")
+    assert done.returncode == 0, done.stderr
+    prefill = [
+        p
+        for p in made_pods(list(yaml.safe_load_all(done.stdout)))
+        if p["metadata"]["labels"].get("placer.dev/pool") == "prefill"
+    ]
+    assert prefill
+    for pod in prefill:
+        f = flags(container_of(pod)["args"])
+        assert f["--kv-transfer-config"] == [extended]
+    producer = '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'
+    path, line = _write_with_args(tmp_path, json.dumps(["--kv-transfer-config", producer]))
+    refused = run("solve", path, ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml", "-q")
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert f"{path}:{line}: pools.prefill.template.args[0]: --kv-transfer-config" in refused.stderr

@@ -113,11 +113,14 @@ def _same(flag: Flag, given: str | None) -> bool:
         return flag.value is True and given is None
     if given is None or flag.value is None:
         return False
-    if flag.json:
+    if flag.json:  # the user's config may say more (e.g. kv_buffer_device) as long as it keeps placer's keys
         try:
-            return bool(json.loads(given) == json.loads(str(flag.value)))
+            mine, theirs = json.loads(str(flag.value)), json.loads(given)
         except ValueError:
             return False
+        if isinstance(mine, dict) and isinstance(theirs, dict):
+            return all(k in theirs and theirs[k] == v for k, v in mine.items())
+        return bool(mine == theirs)
     return given.strip() == str(flag.value)
 
 
@@ -141,6 +144,8 @@ def check_args(args: list[str], owned: list[Flag], engine: str, where: str) -> l
                     f"{where}[{k}]: {spelling} {shown} contradicts the spec: {flag.why}, so placer writes "
                     f"{flag.names[0]} {flag.value} (engine: {engine}); remove it or make it {flag.value}"
                 )
+            if flag.json and given is not None and json.loads(given) != json.loads(str(flag.value)):
+                continue  # it says more than placer's: the user's is written instead of placer's (engine_spec)
             drop.append(k)
             if not flag.switch and "=" not in args[k]:
                 drop.append(k + 1)
@@ -192,12 +197,9 @@ def preset(spec: Any, pool_name: str, dynamo: bool = False) -> Preset | None:
             return Preset(["python3", "-m", "dynamo.vllm"], args, owned, None)
         args = [model, *args, "--host", "0.0.0.0", "--port", str(port)]
         owned += [host, Flag(("--port",), str(port), port_why)]
-        kv = Flag(("--kv-transfer-config",), NIXL_KV if role != "aggregated" else False, role_why, json=True)
-        if role != "aggregated":
+        if role != "aggregated":  # an aggregated pool's KV config (an offload connector) is the user's
             args += ["--kv-transfer-config", NIXL_KV]
-            owned.append(kv)
-        else:
-            owned.append(Flag(kv.names, None, f"{role_why}: no KV transfer"))
+            owned.append(Flag(("--kv-transfer-config",), NIXL_KV, role_why, json=True))
         owned += [Flag((n,), None, derived) for n in ("--nnodes", "--node-rank", "--master-addr", "--headless")]
         multinode = ["--nnodes", f"$({PODS_ENV})", "--node-rank", f"$({RANK_ENV})", "--master-addr", f"$({LEADER_ENV})"]
         return Preset(["vllm", "serve"], args, owned, port, multinode)
@@ -331,6 +333,14 @@ def http_probes(port: int) -> dict[str, Any]:
     }
 
 
+def _without(args: list[str], flag: Flag, engine: str) -> list[str]:
+    """``args`` less every occurrence of ``flag`` with its value."""
+    skip: set[int] = set()
+    for k, _, _ in flag_occurrences(args, flag, engine):
+        skip |= {k} if "=" in args[k] else {k, k + 1}
+    return [a for k, a in enumerate(args) if k not in skip]
+
+
 def engine_spec(
     spec: Any, pool_name: str, pods: int, rank: int | None, target_dynamo: bool = False
 ) -> dict[str, Any] | None:
@@ -348,7 +358,11 @@ def engine_spec(
                 command = ["/bin/sh", "-c", VLLM_MULTINODE_SCRIPT, "vllm-serve"]
             elif rank > 0:
                 args.append("--headless")
-    args += user_args(spec, pool_name)
+    given = user_args(spec, pool_name)
+    for flag in p.owned:  # a JSON config the user extends replaces placer's (its keys checked at load)
+        if flag.json and flag_occurrences(given, flag, t.engine):
+            args = _without(args, flag, t.engine)
+    args += given
     out: dict[str, Any] = {"command": command, "args": args}
     if p.port is not None:
         ports = [{"name": q.name, "containerPort": q.container_port} for q in t.ports]
