@@ -148,7 +148,9 @@ def cases(draw) -> tuple[dict, dict]:
     return spec, rack_cluster(draw)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# About three drawn cases in four have no rack split to compare (assume below): still 40 compared, as in
+# test_anchor.py, so the filtering health check (which fails at random near that rate) is off.
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(cases())
 def test_by_domain_equals_one_model(case):
     spec_d, cluster_d = case
