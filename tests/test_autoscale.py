@@ -227,3 +227,18 @@ def test_one_fewer_never_projects_below_the_linear_share(q, gpus, units):
     assert after >= q * units / (units - 1) - 1e-9
     rho = q * gpus / (1 + q * gpus) * units / (units - 1)
     assert (after == float("inf")) == (rho >= 1)
+
+
+@given(q=_value, replicas=st.integers(1, 3), prefill=st.integers(2, 3))
+def test_a_pools_judgement_does_not_depend_on_how_many_replicas_share_its_load(q, replicas, prefill):
+    """The same queue per GPU on every instance reads the same whatever the replica count: one instance fewer
+    per replica loads each remaining instance alike (the queue is an instance's, not the whole pool's)."""
+    from placer.solver.autoscale import signals
+
+    def pool_signals(r):
+        shape = Shape(r, {"prefill": prefill, "decode": 2})
+        gpus = SPEC_OBJ.pools["prefill"].gpus_per_instance
+        seen = {"prefill": Observed(gpus * prefill * r, q, None), "decode": Observed(4 * r, q, None)}
+        return [(s.scope, s.level) for s in signals(SPEC_OBJ, shape, seen) if s.scope.startswith("pool/")]
+
+    assert pool_signals(replicas) == pool_signals(1)

@@ -189,6 +189,7 @@ def test_size_writes_a_spec_validate_accepts_and_the_same_bytes_twice(tmp_path: 
     assert "placer size: llama-70b" in first.stderr and "bottleneck" in first.stderr
     sized = yaml.safe_load(first.stdout)
     assert sized["pools"]["prefill"]["instances"] >= 1 and sized["pools"]["decode"]["instances"] >= 1
+
     out = tmp_path / "sized.yaml"
     second = run("size", spec, DGX, "-o", out)
     assert second.returncode == 0 and second.stdout == ""
@@ -229,3 +230,13 @@ def test_a_product_missing_from_the_table_exits_2(tmp_path: Path) -> None:
     proc = run("size", _write(tmp_path, _disagg({})), path)
     assert_clean_failure(proc, 2)
     assert "'NVIDIA-Imaginary-GPU' is not in placer's GPU table" in proc.stderr
+
+
+def test_a_spec_that_does_not_fit_as_written_gets_the_counts_sizing_found(tmp_path: Path, dgx) -> None:
+    """200 prefill instances cannot be placed on the fixture: sizing starts from one per pool and the spec it
+    writes carries the counts it found, never the 200 it was given."""
+    light = _disagg({"instances": 200}, rate=0.1)  # so light that one instance of each pool serves it
+    result = size_spec(light, dgx, place, SolveOptions(time_limit_s=5, explain=False))
+    found = {p.name: p.sizing.instances for p in result.pools}
+    assert {name: pool.instances for name, pool in result.spec.pools.items()} == found
+    assert found["prefill"] != 200

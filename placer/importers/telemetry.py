@@ -105,12 +105,6 @@ class Telemetry:
     notes: list[Note]
 
 
-@dataclass(frozen=True)
-class _Located:
-    node: str
-    gpus: tuple[int, ...]  # the GPUs the figure belongs to; every GPU of the node when unknown
-
-
 # ---------------------------------------------------------------- reductions (pure)
 
 

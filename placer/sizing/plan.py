@@ -24,7 +24,6 @@ from placer.topology import cost
 from placer.topology.graph import Topology
 
 MAX_ROUNDS = 4
-MAX_INSTANCES = 4096  # Pool.instances' bound
 
 
 @dataclass(frozen=True)
@@ -156,6 +155,7 @@ def size_spec(
         new = {r.name: int(r.sizing.instances or 0) for r in results}
         progress(f"round {rounds}: " + ", ".join(f"{k} {counts[k]} -> {v}" for k, v in new.items()))
         if new == {name: p.instances for name, p in current.pools.items()}:
+            counts = new  # the placed counts (one per pool when the spec as written did not fit)
             break
         counts = new
         try:

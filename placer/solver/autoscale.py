@@ -119,7 +119,13 @@ def one_fewer(queue_per_gpu: float, gpus_per_unit: float, units: int) -> float:
     return float("inf") if rho >= 1 else rho / (1 - rho) / gpus_per_unit
 
 
-def _judge(scope: str, policy: Scaling | PoolScaling, seen: list[tuple[str, Observed]], units: int) -> Signal:
+def _judge(
+    scope: str,
+    policy: Scaling | PoolScaling,
+    seen: list[tuple[str, Observed]],
+    units: int,
+    per_instance: Mapping[str, int],
+) -> Signal:
     """Hot when any known signal is over its scaleUpWhen threshold; cold when every signal the policy names
     is known and, with one unit (replica or instance) fewer, would stay under scaleDownBelow x threshold."""
     up, frac = policy.scale_up_when, policy.scale_down_below
@@ -129,7 +135,9 @@ def _judge(scope: str, policy: Scaling | PoolScaling, seen: list[tuple[str, Obse
             q = o.queue_depth_per_gpu
             if q > up.queue_depth_per_gpu:
                 over.append(f"{pool} queueDepthPerGPU {q:g} > {up.queue_depth_per_gpu:g}")
-            after = one_fewer(q, o.gpus / units, units) if units > 1 else float("inf")
+            # one unit fewer (a replica, or an instance in every replica) loads each remaining instance
+            # n/(n-1) more: the queue is an instance's (its GPUs'), whatever the scope counts
+            after = one_fewer(q, per_instance[pool], units) if units > 1 else float("inf")
             if after >= frac * up.queue_depth_per_gpu:
                 high.append(f"{pool} queueDepthPerGPU with one fewer {after:g} >= {frac * up.queue_depth_per_gpu:g}")
         elif up.queue_depth_per_gpu is not None:
@@ -152,13 +160,15 @@ def _judge(scope: str, policy: Scaling | PoolScaling, seen: list[tuple[str, Obse
 def signals(spec: ServingTopology, shape: Shape, observed: Mapping[str, Observed]) -> list[Signal]:
     """One signal per scope the spec gives a policy: the replicas (over every pool), then each pool."""
     out = []
+    per_instance = {name: pool.gpus_per_instance for name, pool in spec.pools.items()}
     if spec.scaling is not None:
         seen = [(p, observed[p]) for p in sorted(observed)]
-        out.append(_judge(REPLICAS, spec.scaling, seen, shape.replicas))
+        out.append(_judge(REPLICAS, spec.scaling, seen, shape.replicas, per_instance))
     for name in sorted(spec.pools):
         policy = spec.pools[name].scaling
         if policy is not None and name in observed:
-            out.append(_judge(f"pool/{name}", policy, [(name, observed[name])], shape.instances.get(name, 0)))
+            seen = [(name, observed[name])]
+            out.append(_judge(f"pool/{name}", policy, seen, shape.instances.get(name, 0), per_instance))
     return out
 
 
