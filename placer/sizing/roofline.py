@@ -276,10 +276,18 @@ def capacity_rps(role: Role, inst: Instance, model: ModelCost, comm: Comm, load:
 
 
 def instances_needed(
-    role: Role, inst: Instance, model: ModelCost, comm: Comm, load: Load, eff: Efficiency, limit: int = 4096
+    role: Role,
+    inst: Instance,
+    model: ModelCost,
+    comm: Comm,
+    load: Load,
+    eff: Efficiency,
+    limit: int = 4096,
+    cap: float | None = None,
 ) -> int | None:
-    """Fewest instances that meet the SLO when the load is split evenly (None: none up to ``limit``)."""
-    cap = capacity_rps(role, inst, model, comm, load, eff)
+    """Fewest instances that meet the SLO when the load is split evenly (None: none up to ``limit``);
+    ``cap``: the instance's capacity when the caller has it (a bisection of its own)."""
+    cap = capacity_rps(role, inst, model, comm, load, eff) if cap is None else cap
     if cap <= 0:
         return None
     n = max(1, math.ceil(load.rate / cap))
@@ -294,7 +302,7 @@ def instances_needed(
 def size(role: Role, inst: Instance, model: ModelCost, comm: Comm, load: Load, eff: Efficiency) -> Sizing:
     """A pool's count with what limits it, or why no count meets the SLO."""
     cap = capacity_rps(role, inst, model, comm, load, eff)
-    n = instances_needed(role, inst, model, comm, load, eff)
+    n = instances_needed(role, inst, model, comm, load, eff, cap=cap)
     if n is None:
         return Sizing(role, None, cap, None, None, None, None, None, _why_not(role, inst, model, comm, load, eff))
     point = predict(role, load.rate / n, inst, model, comm, load, eff)

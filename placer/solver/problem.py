@@ -160,11 +160,20 @@ def eligible_nodes(topo: Topology, pool: Pool) -> frozenset[int]:
     return frozenset(out)
 
 
+NodeLayout = tuple[int | None, int | None, bool]  # solver.layout: nodes per instance, GPUs per node, one node only
+
+
 def _pool_candidates(
-    topo: Topology, spec: ServingTopology, name: str, pool: Pool, eligible: frozenset[int], memo: dict
+    topo: Topology,
+    spec: ServingTopology,
+    name: str,
+    pool: Pool,
+    eligible: frozenset[int],
+    memo: dict,
+    shape: NodeLayout,
 ) -> tuple[Candidate, ...]:
     size = pool.gpus_per_instance
-    node_count, gpus_per_node, one_node = layout(topo, pool, eligible)
+    node_count, gpus_per_node, one_node = shape
     required_rank = LEVEL_RANK[pool.placement.required]
     msg = cost.activation_bytes(spec.model.hidden_size, spec.tokens_in_flight(name), spec.model.bytes_per_element)
     weight = spec.objective.all_reduce
@@ -212,8 +221,9 @@ def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
     for name, pool in spec.pools.items():
         eligible = eligible_nodes(topo, pool)
         check_pool_fits(topo, name, pool, eligible)
-        cands = _pool_candidates(topo, spec, name, pool, eligible, memo)
-        node_count, gpus_per_node, _ = layout(topo, pool, eligible)
+        shape = layout(topo, pool, eligible)
+        cands = _pool_candidates(topo, spec, name, pool, eligible, memo, shape)
+        node_count, gpus_per_node, _ = shape
         reqs = pool.template.resources.requests
         pools[name] = PoolPlan(
             name=name,
