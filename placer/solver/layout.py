@@ -6,8 +6,10 @@ from __future__ import annotations
 from placer.model.spec import Pool
 from placer.topology.graph import Topology
 
+Layout = tuple[int | None, int | None, bool]  # nodes per instance, GPUs per node, one node only
 
-def layout(topo: Topology, pool: Pool, eligible: frozenset[int]) -> tuple[int | None, int | None, bool]:
+
+def layout(topo: Topology, pool: Pool, eligible: frozenset[int]) -> Layout:
     """(nodes per instance, GPUs per node, one node only) for this pool on this cluster. The spec's
     nodeCount/gpusPerNode when given. An engine preset (template.engine other than custom) runs one process
     group over equal pods (vLLM and SGLang split TP evenly over --nnodes), so an instance that fits the

@@ -22,7 +22,7 @@ from placer.model.levels import LEVEL_RANK, LEVEL_WORDS
 from placer.model.placement import InstancePlacement
 from placer.model.spec import Pool, ServingTopology
 from placer.solver.figures import domain_figures, free_in, worst_figures
-from placer.solver.layout import layout
+from placer.solver.layout import Layout, layout
 from placer.topology import cost
 from placer.topology.graph import Topology
 
@@ -160,17 +160,8 @@ def eligible_nodes(topo: Topology, pool: Pool) -> frozenset[int]:
     return frozenset(out)
 
 
-NodeLayout = tuple[int | None, int | None, bool]  # solver.layout: nodes per instance, GPUs per node, one node only
-
-
 def _pool_candidates(
-    topo: Topology,
-    spec: ServingTopology,
-    name: str,
-    pool: Pool,
-    eligible: frozenset[int],
-    memo: dict,
-    shape: NodeLayout,
+    topo: Topology, spec: ServingTopology, name: str, pool: Pool, eligible: frozenset[int], memo: dict, shape: Layout
 ) -> tuple[Candidate, ...]:
     size = pool.gpus_per_instance
     node_count, gpus_per_node, one_node = shape
