@@ -33,8 +33,6 @@ FILES: dict[str, list[str]] = {
         "operator/api/core/v1alpha1/crds/grove.io_clustertopologybindings.yaml",
     ],
     "kubernetes-sigs/lws": ["config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml"],
-    # Not vendored yet (its 1.6 MB CRD could not be fetched here; restated/ has a restatement): a refresh
-    # with a checkout of ai-dynamo/dynamo puts the published file in upstream/, where it wins.
     "ai-dynamo/dynamo": ["deploy/operator/config/crd/bases/nvidia.com_dynamographdeployments.yaml"],
     "kubernetes-sigs/dra-driver-nvidia-gpu": [
         "deployments/helm/dra-driver-nvidia-gpu/crds/resource.nvidia.com_computedomains.yaml"
