@@ -25,6 +25,7 @@ def main() -> None:
         # "work": the time limit decided the answer (the same on any machine); "clock": the wall guard did
         out["limited_by"] = "clock" if any("wall-clock guard" in n for n in st.notes) else "work"
         out["seconds"] = st.seconds
+        out["work"] = st.seconds.get("work")  # deterministic seconds the solve spent
     except InfeasibleError as exc:  # proven: no placement exists; else: none found within the limit
         out = {"status": "infeasible" if exc.proven else "timeout", "seconds": {}}
     except PlacerError as exc:

@@ -34,9 +34,6 @@ import kubernetes_validate
 import yaml
 
 UPSTREAM = Path(__file__).resolve().parent / "data" / "crds" / "upstream"
-# CRDs restated from a project's API types where the published file could not be vendored whole (README.md);
-# a published CRD of the same kind in UPSTREAM wins.
-RESTATED = UPSTREAM.parent / "restated"
 K8S_VERSION = "1.34"  # built-in kinds; resource.k8s.io/v1 (DRA) is GA from 1.34
 INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 
@@ -138,9 +135,6 @@ def crds(release: str | None = None) -> dict[tuple[str, str], dict]:
     """(group, kind) -> the vendored CRD: main's, or with ``release`` (a folder ``upstream/<name>-<tag>``)
     that release's where it has one."""
     out = {}
-    for path in sorted(RESTATED.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
-        out[(crd["spec"]["group"], crd["spec"]["names"]["kind"])] = crd
     folders = [UPSTREAM] + ([UPSTREAM / release] if release else [])
     for folder in folders:
         if not folder.is_dir():

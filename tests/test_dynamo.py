@@ -1,9 +1,10 @@
 """``--target dynamo``: a DynamoGraphDeployment (``nvidia.com/v1beta1``) per replica, valid against the operator's
-v1beta1 API (the acceptance harness with the CRD restated in tests/data/crds/restated/), with TP =
+v1beta1 API (the acceptance harness with the operator's published CRD, tests/data/crds/upstream/), with TP =
 nodeCount x GPUs per pod, node sets that admit exactly the nodes placer chose, and read back by explain."""
 
 from __future__ import annotations
 
+import copy
 import re
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-from k8s_acceptance import assert_accepted
+from k8s_acceptance import assert_accepted, sources
 
 from placer.emit.manifests import build_manifests
 from placer.emit.targets import dynamo
@@ -65,6 +66,26 @@ def test_one_dgd_per_replica_valid_against_the_v1beta1_api(built):
             }
             kubernetes_validate.validate(pod, "1.33", strict=True)
             assert [k["name"] for k in c["podTemplate"]["spec"]["containers"]] == ["main"]
+
+
+def test_the_published_crd_is_what_the_harness_checks(built):
+    """The vendored file is the operator's published CRD (SOURCES names its commit): its CEL rules refuse
+    what the operator's API server would, so an accepted DGD is not placer agreeing with itself."""
+    row = next(r for r in sources() if r["file"] == "dynamo__nvidia.com_dynamographdeployments.yaml")
+    assert (row["repository"], len(row["commit"])) == ("ai-dynamo/dynamo", 40)
+    doc = copy.deepcopy(built[3][0])
+    first = doc["spec"]["components"][0]
+    doc["spec"]["components"].append(copy.deepcopy(first) | {"name": first["name"].upper()})
+    with pytest.raises(AssertionError, match="unique case-insensitively"):
+        assert_accepted([doc])
+    doc = copy.deepcopy(built[3][0])
+    doc["spec"]["components"][0] |= {"replicas": 1, "minAvailable": 2}
+    with pytest.raises(AssertionError, match="minAvailable must be less than or equal"):
+        assert_accepted([doc])
+    doc = copy.deepcopy(built[3][0])
+    doc["spec"]["restart"] = {"id": "now"}
+    with pytest.raises(AssertionError, match="restart must be unset on create"):
+        assert_accepted([doc])
 
 
 def test_tp_is_node_count_times_gpus_per_pod_and_the_engine_is_told(built):

@@ -41,6 +41,7 @@ def solve(
     meets, say), the problem separates by domain and placer.solver.decompose solves it domain by domain, exactly;
     otherwise one CP-SAT model is searched."""
     budget = Budget.of(options) if budget is None else budget
+    work_before = budget.work_left
     try:
         outcome = _search(problem, options, budget)
     except Unplaceable as exc:
@@ -65,7 +66,8 @@ def solve(
         objective=outcome.cost,
         bound=bound,
         gap=0.0 if proven else (None if bound is None else (outcome.cost - bound) / max(1, outcome.cost)),
-        seconds=outcome.seconds,
+        # "work": deterministic seconds spent, the figure that is the same on a busy or an idle machine
+        seconds=outcome.seconds | {"work": work_before - budget.work_left},
         notes=notes,
     )
     spec = problem.spec
