@@ -95,6 +95,15 @@ def solve_command(
             "placer supports. Older releases get what they accept, or exit 2 naming the oldest supported.",
         ),
     ] = None,
+    topology_objects: Annotated[
+        bool,
+        typer.Option(
+            "--topology-objects",
+            help="Also print the cluster-scoped objects the --target's constraints refer to, for a cluster "
+            "that lacks them: Kueue Topology + ResourceFlavor, Volcano HyperNodes (kai prints its Topology "
+            "anyway).",
+        ),
+    ] = False,
     namespace: Annotated[
         str | None, typer.Option("--namespace", "-n", help="Namespace of every object (overrides the spec's).")
     ] = None,
@@ -158,6 +167,15 @@ def solve_command(
     if len(paths) < 2:
         raise InputError("give at least one spec and then the cluster file: placer solve SPEC... CLUSTER")
     *specs, cluster = paths
+    from placer.emit.targets import TOPOLOGY_TARGETS
+
+    if topology_objects and target.value not in TOPOLOGY_TARGETS:
+        from placer.model.errors import InputError
+
+        raise InputError(
+            f"--topology-objects: the {target.value} target refers to no topology object (choose --target "
+            f"{', '.join(TOPOLOGY_TARGETS)})"
+        )
     options = SolveOptions(
         time_limit_s=time_limit, workers=workers, log=stderr_log if verbose else None, wall_limit_s=wall_limit
     )
@@ -176,6 +194,7 @@ def solve_command(
             quiet,
             say,
             target_version,
+            topology_objects,
         )
         return
     spec = specs[0]
@@ -190,6 +209,11 @@ def solve_command(
         namespace=namespace,
         target_version=target_version,
     )
+    if topology_objects:
+        from placer.emit.manifests import topology_manifests
+
+        r = result
+        r.manifests[:0] = topology_manifests(r.spec, r.topology, r.placement, r.report, target.value, target_version)
     if dry_run:
         _print_plan(result, target.value, nccl)
         say(result.summary(time.perf_counter() - t0))
@@ -228,7 +252,20 @@ def _documents(path: Path) -> int:
 
 
 def _solve_fleet(
-    specs, cluster, options, keep, placement, output, target, nccl, namespace, dry_run, quiet, say, target_version=None
+    specs,
+    cluster,
+    options,
+    keep,
+    placement,
+    output,
+    target,
+    nccl,
+    namespace,
+    dry_run,
+    quiet,
+    say,
+    target_version=None,
+    topology_objects=False,
 ):
     """Several deployments and/or --keep: the placed ones on stdout, a table of all of them on stderr."""
     from placer.emit.files import write_output
@@ -248,6 +285,13 @@ def _solve_fleet(
         namespace=namespace,
         target_version=target_version,
     )
+    if topology_objects and res.fleet.placed:  # the cluster's objects once, from the first placed deployment
+        from placer.emit.manifests import topology_manifests
+
+        first = res.fleet.placed[0]
+        spec, report = first.deployment.spec, res.reports[0]
+        docs = topology_manifests(spec, res.topology, first.placement, report, target, target_version)
+        res.manifests[:0] = docs
     table = fleet_table(res, time.perf_counter() - t0)
     if dry_run:
         _console(sys.stdout).print(table)

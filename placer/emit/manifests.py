@@ -56,6 +56,22 @@ def build_manifests(
     return builder(target)(ctx)
 
 
+def topology_manifests(
+    spec: ServingTopology,
+    topo: Topology,
+    placement: Placement,
+    report: Report,
+    target: str,
+    target_version: str | None = None,
+) -> list[dict]:
+    """``--topology-objects``: the cluster-scoped objects ``target``'s constraints refer to
+    (placer.emit.targets.topology_objects), with the label keys and tiers of this spec and cluster."""
+    from placer.emit.targets.topology_objects import topology_objects
+
+    ctx = Context(spec, topo, placement, report, target_version=target_version)
+    return topology_objects(ctx, target)
+
+
 class _PlainDumper(yaml.SafeDumper):
     """No anchors or aliases: a shared dict is written out in full at each place (readers such as placer's
     own loader, and reviewers, get plain YAML)."""

@@ -11,6 +11,8 @@ import importlib
 
 TARGETS = ("coscheduling", "kai", "volcano", "kueue", "grove", "lws", "dra", "dynamo")
 DEFAULT_TARGET = "coscheduling"
+# Targets whose constraints name cluster-scoped topology objects (``--topology-objects`` prints them)
+TOPOLOGY_TARGETS = ("kai", "kueue", "volcano")
 
 
 def builder(target: str):

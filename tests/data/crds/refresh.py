@@ -27,7 +27,15 @@ FILES: dict[str, list[str]] = {
         "deployments/kai-scheduler/crds/scheduling.run.ai_podgroups.yaml",
         "deployments/kai-scheduler/crds/kai.scheduler_topologies.yaml",
     ],
-    "volcano-sh/volcano": ["config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml"],
+    "volcano-sh/volcano": [
+        "config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml",
+        "config/crd/volcano/bases/topology.volcano.sh_hypernodes.yaml",  # --topology-objects
+    ],
+    # --topology-objects for --target kueue (Kueue's pods themselves are plain Pods)
+    "kubernetes-sigs/kueue": [
+        "config/components/crd/bases/kueue.x-k8s.io_topologies.yaml",
+        "config/components/crd/bases/kueue.x-k8s.io_resourceflavors.yaml",
+    ],
     "ai-dynamo/grove": [
         "operator/api/core/v1alpha1/crds/grove.io_podcliquesets.yaml",
         "operator/api/core/v1alpha1/crds/grove.io_clustertopologybindings.yaml",
@@ -46,6 +54,7 @@ OLDEST: dict[str, dict[str, list[str]]] = {
     "volcano-sh/volcano": {"v1.12.0": FILES["volcano-sh/volcano"], "v1.14.0": FILES["volcano-sh/volcano"]},
     "ai-dynamo/grove": {"v0.1.0-alpha.10": FILES["ai-dynamo/grove"]},
     "kubernetes-sigs/lws": {"v0.3.0": FILES["kubernetes-sigs/lws"]},
+    "kubernetes-sigs/kueue": {"v0.13.0": FILES["kubernetes-sigs/kueue"]},
 }
 HEADER = "# repository\tpath\tcommit\trelease\tvendored as\n"
 
