@@ -159,14 +159,14 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         ap.error(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
     cases = [c for c in (QUICK if args.quick else FULL) if not keep or c.gpus in keep]
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     load_start = os.getloadavg()[0]
     version = placer_version()  # before the run: the code imported is the code on disk now
     results = []
     for case in cases:
         case = Case(case.gpus, case.cluster_seed, case.params, case.time_limit_s, policies)
         results.append(run_case(case, args.seed, progress=lambda m: print(m, file=sys.stderr, flush=True)))
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     cmd = "python bench/churn.py" + (" --quick" if args.quick else "") + (f" --seed {args.seed}" if args.seed else "")
     if args.sizes:
         cmd += f" --sizes {args.sizes}"
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
         cmd += f" --policies {args.policies}"
     if args.raw:
         args.raw.write_text(json.dumps(results, sort_keys=True) + "\n")
-    (out / "CHURN.md").write_text(report(results, cmd, wall, (load_start, os.getloadavg()[0]), version))
+    (out / "CHURN.md").write_text(report(results, cmd, wall, (load_start, os.getloadavg()[0]), version, cpu))
     plot(results, out / "churn.png")
     for r in results:
         for run in r["runs"]:

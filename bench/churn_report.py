@@ -95,12 +95,17 @@ def summarize(run: dict) -> dict:
 
 
 def report(
-    results: list[dict], cmd: str, wall_s: float, load: tuple[float, float] | None = None, version: str = ""
+    results: list[dict],
+    cmd: str,
+    wall_s: float,
+    load: tuple[float, float] | None = None,
+    version: str = "",
+    cpu_s: float | None = None,
 ) -> str:
     """bench/CHURN.md: how the run was made, the trace, then the results, per shape and per solve."""
     p = results[0]["case"]["params"]
     lines = [
-        *_header(cmd, wall_s, load, version),
+        *_header(cmd, wall_s, load, version, cpu_s),
         *_trace_section(results, p),
         *_results_section(results),
         *_per_shape_section(results, p),
@@ -109,14 +114,17 @@ def report(
     return "\n".join(lines) + "\n"
 
 
-def _header(cmd: str, wall_s: float, load: tuple[float, float] | None, version: str) -> list[str]:
+def _header(
+    cmd: str, wall_s: float, load: tuple[float, float] | None, version: str, cpu_s: float | None = None
+) -> list[str]:
     """The machine and the command, so that a reader can judge the latencies and rerun it."""
+    cpu = "" if cpu_s is None else f", {cpu_s / 60:.1f} min of CPU"
     return [
         "# Churn simulation",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}, "
         f"OR-Tools {_ortools()}{', ' + version if version else ''}. Reproduce: `{cmd}` ({wall_s / 60:.1f} min "
-        "for the whole run). The script and its rules are described in `bench/churn.py`; `bench/churn.png` "
+        f"for the whole run{cpu}). The script and its rules are described in `bench/churn.py`; `bench/churn.png` "
         "plots admitted deployments and stranded GPUs over time."
         + (
             f" The machine is shared: 1-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end "
