@@ -357,6 +357,9 @@ def _custom(doc: dict, release: str | None) -> list[str]:
     chosen = next((v for v in crd["spec"]["versions"] if v["name"] == version and v.get("served")), None)
     if chosen is None:
         return [f"apiVersion: {doc['apiVersion']} is not served; {crd['metadata']['name']} serves {served}"]
+    if chosen.get("deprecated") and release is None:
+        # accepted with a warning, but the newest release should get the current version: an error here
+        return [f"apiVersion: {doc['apiVersion']} is deprecated: {chosen.get('deprecationWarning', '')}".rstrip(": ")]
     schema = chosen["schema"]["openAPIV3Schema"]
     obj = apply_defaults(copy.deepcopy(doc), schema)
     namespaced = crd["spec"]["scope"] == "Namespaced"

@@ -5,6 +5,7 @@ describing the same tree the constraints assume: checked here from the printed o
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -15,6 +16,7 @@ from test_acceptance import _gfd_node
 from test_cli import AGG, DISAGG, SMALL, run
 
 from placer.emit.manifests import build_manifests, topology_manifests
+from placer.emit.targets.topology_objects import _names
 from placer.importers.document import dump_cluster
 from placer.importers.run import ImportOptions, import_cluster
 from placer.model.errors import InputError
@@ -52,10 +54,9 @@ def _nodes_under(hypernodes: list[dict]) -> dict[str, set[str]]:
 
 def test_hypernodes_are_accepted_and_form_one_tree_over_every_node(solved):
     spec, topo, placement, report = solved
-    docs = topology_manifests(spec, topo, placement, report, "volcano")
+    docs = topology_manifests([(spec, placement, report)], topo, "volcano")
     assert docs and {d["kind"] for d in docs} == {"HyperNode"}
     assert_accepted(docs)
-    assert_accepted(docs, release="volcano-v1.12.0")  # the oldest Volcano placer's volcano target supports
     tier = {h["metadata"]["name"]: h["spec"]["tier"] for h in docs}
     node_members = Counter(
         m["selector"]["exactMatch"]["name"] for h in docs for m in h["spec"]["members"] if m["type"] == "Node"
@@ -72,26 +73,41 @@ def test_hypernodes_are_accepted_and_form_one_tree_over_every_node(solved):
                 assert tier[m["selector"]["exactMatch"]["name"]] < h["spec"]["tier"]
 
 
-def test_each_podgroup_fits_inside_one_hypernode_of_the_tier_it_allows(solved):
-    """What Volcano would do with both: a replica's nodes lie under one HyperNode of ``highestTierAllowed``
-    or lower (the DGX and GB200 cases constrain a tier; the small cluster's replicas span its root)."""
+def test_each_gang_fits_inside_one_hypernode_of_the_tier_it_allows(solved):
+    """What Volcano would do with both: a replica's nodes (PodGroup ``networkTopology``) and each TP group's
+    nodes (``subGroupPolicy[].networkTopology``) lie under one HyperNode of the tier allowed, or a lower one."""
     spec, topo, placement, report = solved
-    hypernodes = topology_manifests(spec, topo, placement, report, "volcano")
+    hypernodes = topology_manifests([(spec, placement, report)], topo, "volcano")
     under = _nodes_under(hypernodes)
     tier_of = {h["metadata"]["name"]: h["spec"]["tier"] for h in hypernodes}
-    docs = build_manifests(spec, topo, placement, report, target="volcano")
-    for group in (d for d in docs if d["kind"] == "PodGroup"):
+
+    def inside_one(nodes: set[str], allowed: int) -> bool:
+        return any(nodes <= members for h, members in under.items() if tier_of[h] <= allowed)
+
+    checked = 0
+    for group in (
+        d for d in build_manifests(spec, topo, placement, report, target="volcano") if d["kind"] == "PodGroup"
+    ):
+        rep = next(r for r in placement.replicas if str(r.index) == group["metadata"]["labels"]["placer.dev/replica"])
         allowed = group["spec"].get("networkTopology", {}).get("highestTierAllowed")
-        if allowed is None:
-            continue
-        replica = group["metadata"]["labels"]["placer.dev/replica"]
-        nodes = {p.node for r in placement.replicas if str(r.index) == replica for i in r.instances for p in i.pods}
-        assert any(nodes <= members for h, members in under.items() if tier_of[h] <= allowed), group["metadata"]
+        if allowed is not None:
+            assert inside_one({p.node for i in rep.instances for p in i.pods}, allowed), group["metadata"]
+            checked += 1
+        for policy in group["spec"].get("subGroupPolicy", []):
+            allowed = policy.get("networkTopology", {}).get("highestTierAllowed")
+            if allowed is None:
+                continue
+            pool = policy["labelSelector"]["matchLabels"]["placer.dev/pool"]
+            for inst in (i for i in rep.instances if i.pool == pool):
+                assert inside_one({p.node for p in inst.pods}, allowed), (policy["name"], inst.index)
+                checked += 1
+    # the small cluster's replicas span its root (nothing to check); DGX and GB200 constrain tiers
+    assert checked >= (0 if topo.name == "small-mixed" else 1)
 
 
 def test_kueue_topology_names_every_level_its_pods_ask_for(solved):
     spec, topo, placement, report = solved
-    topology, flavor = topology_manifests(spec, topo, placement, report, "kueue")
+    topology, flavor = topology_manifests([(spec, placement, report)], topo, "kueue")
     assert_accepted([topology, flavor])
     assert (topology["kind"], flavor["kind"]) == ("Topology", "ResourceFlavor")
     assert flavor["spec"]["topologyName"] == topology["metadata"]["name"]
@@ -106,15 +122,24 @@ def test_kueue_topology_names_every_level_its_pods_ask_for(solved):
     assert asked and asked <= set(levels)
 
 
-def test_kueue_0_13_gets_its_v1alpha1_topology():
+def test_each_kueue_release_gets_the_versions_it_serves():
+    """v1beta2 by default (v1beta1 is deprecated on main: the harness refuses deprecated versions for the
+    newest release), v1beta1 for 0.14, and 0.13's v1alpha1 Topology beside a v1beta1 flavor."""
     spec, topo, placement, report = solved_fixture("llama-70b-disagg")
-    old = topology_manifests(spec, topo, placement, report, "kueue", target_version="0.13")
-    assert old[0]["apiVersion"] == "kueue.x-k8s.io/v1alpha1"
+    placed = [(spec, placement, report)]
+    newest = topology_manifests(placed, topo, "kueue")
+    assert [d["apiVersion"] for d in newest] == ["kueue.x-k8s.io/v1beta2"] * 2
+    v014 = topology_manifests(placed, topo, "kueue", target_version="0.14")
+    assert [d["apiVersion"] for d in v014] == ["kueue.x-k8s.io/v1beta1"] * 2
+    with pytest.raises(AssertionError, match="v1beta1 is deprecated"):
+        assert_accepted(v014)
+    old = topology_manifests(placed, topo, "kueue", target_version="0.13")
+    assert [d["apiVersion"] for d in old] == ["kueue.x-k8s.io/v1alpha1", "kueue.x-k8s.io/v1beta1"]
     assert_accepted(old, release="kueue-v0.13.0")
-    with pytest.raises(AssertionError, match="not served|does not serve|served"):
+    with pytest.raises(AssertionError, match="v1alpha1 is not served"):
         assert_accepted(old)  # main serves v1beta1 and v1beta2 only
-    with pytest.raises(AssertionError, match="v1beta1 is not served"):  # so the switch is needed
-        assert_accepted(topology_manifests(spec, topo, placement, report, "kueue"), release="kueue-v0.13.0")
+    with pytest.raises(AssertionError, match="v1beta2 is not served"):  # so the switch is needed
+        assert_accepted(newest, release="kueue-v0.13.0")
 
 
 def test_the_flavor_selects_a_label_every_node_shares(tmp_path):
@@ -130,7 +155,7 @@ def test_the_flavor_selects_a_label_every_node_shares(tmp_path):
     topo = build_topology(load_cluster(cluster))
     placement = solve(build_problem(spec, topo), SolveOptions())
     report = verify_placement(spec, topo, placement)
-    topology, flavor = topology_manifests(spec, topo, placement, report, "kueue")
+    topology, flavor = topology_manifests([(spec, placement, report)], topo, "kueue")
     assert topology["spec"]["levels"] == [
         {"nodeLabel": "fabric.topograph.run/tier-0"},
         {"nodeLabel": "kubernetes.io/hostname"},
@@ -138,33 +163,75 @@ def test_the_flavor_selects_a_label_every_node_shares(tmp_path):
     key, value = next(iter(flavor["spec"]["nodeLabels"].items()))
     assert all(n["metadata"]["labels"].get(key) == value for n in nodes)
     assert key != "fabric.topograph.run/tier-0"
-    hypernodes = topology_manifests(spec, topo, placement, report, "volcano")
+    hypernodes = topology_manifests([(spec, placement, report)], topo, "volcano")
     shape = sorted((h["spec"]["tier"], len(h["spec"]["members"])) for h in hypernodes)
     assert shape == [(1, 2), (1, 2), (2, 2)]  # two leaves of two nodes, under the cluster's spine
+
+
+def test_hypernode_names_are_short_qualified_names_and_stable():
+    """Volcano's webhook checks each member name as a qualified name (at most 63 characters, alphanumeric
+    ends, no empty dot segments): domain ids with dots, case clashes or great length still give one."""
+    ids = ["leaf/a..b", "rack/x.-y", "rack/R1", "rack/r1", "rack/" + "r" * 80, "rack/" + "r" * 81]
+    names = _names(ids)
+    assert len(set(names.values())) == len(ids)
+    qualified = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    assert all(len(n) <= 63 and qualified.match(n) for n in names.values()), names
+    assert _names(ids) == names and _names(ids[:1]) == {ids[0]: names[ids[0]]}
+
+
+def test_tier_names_from_volcano_1_14():
+    spec, topo, placement, report = solved_fixture("llama-70b-disagg")
+    new = topology_manifests([(spec, placement, report)], topo, "volcano")
+    assert {h["spec"]["tierName"] for h in new} == {"rack", "leaf", "spine"}
+    old = topology_manifests([(spec, placement, report)], topo, "volcano", target_version="1.13")
+    assert all("tierName" not in h["spec"] for h in old)
+    assert_accepted(old, release="volcano-v1.12.0")
+    with pytest.raises(AssertionError, match="tierName"):
+        assert_accepted(new, release="volcano-v1.12.0")
+
+
+def test_deployments_that_need_different_objects_are_refused(tmp_path):
+    spec, topo, placement, report = solved_fixture("llama-70b-disagg")
+    other = spec.model_copy(
+        update={
+            "metadata": spec.metadata.model_copy(update={"name": "other"}),
+            "scheduling": spec.scheduling.model_copy(update={"volcano_tiers": {"rack": 2, "leaf": 5}}),
+        }
+    )
+    with pytest.raises(InputError, match="llama-70b and other need different HyperNode"):
+        topology_manifests([(spec, placement, report), (other, placement, report)], topo, "volcano")
+    same = topology_manifests([(spec, placement, report), (spec, placement, report)], topo, "volcano")
+    assert same == topology_manifests([(spec, placement, report)], topo, "volcano")
 
 
 def test_a_target_without_topology_objects_is_refused():
     spec, topo, placement, report = solved_fixture("llama-70b-disagg")
     with pytest.raises(InputError, match="refers to no topology object"):
-        topology_manifests(spec, topo, placement, report, "lws")
-    assert topology_manifests(spec, topo, placement, report, "kai") == []  # kai prints its Topology anyway
+        topology_manifests([(spec, placement, report)], topo, "lws")
+    assert topology_manifests([(spec, placement, report)], topo, "kai") == []  # kai prints its Topology anyway
 
 
-def test_cli_prepends_the_objects_and_refuses_other_targets():
+def test_cli_prepends_the_objects_or_writes_them_apart_and_refuses_other_targets(tmp_path):
     plain = run("solve", AGG, SMALL, "-t", "volcano", "-q")
-    both = run("solve", AGG, SMALL, "-t", "volcano", "-q", "--topology-objects")
+    both = run("solve", AGG, SMALL, "-t", "volcano", "-q", "--topology-objects", "-")
     assert plain.returncode == both.returncode == 0, both.stderr
     docs = [d for d in yaml.safe_load_all(both.stdout) if d]
     hyper = [d for d in docs if d["kind"] == "HyperNode"]
     assert hyper and docs[: len(hyper)] == hyper
     assert docs[len(hyper) :] == [d for d in yaml.safe_load_all(plain.stdout) if d]
-    refused = run("solve", AGG, SMALL, "-t", "lws", "--topology-objects")
+    apart = run("solve", AGG, SMALL, "-t", "volcano", "-q", "--topology-objects", tmp_path / "topo.yaml")
+    assert (apart.returncode, apart.stdout) == (0, plain.stdout)  # the ApplySet stream stays the deployment's
+    assert [d for d in yaml.safe_load_all((tmp_path / "topo.yaml").read_text()) if d] == hyper
+    refused = run("solve", AGG, SMALL, "-t", "lws", "--topology-objects", tmp_path / "lws.yaml")
     assert (refused.returncode, refused.stdout) == (2, "")
     assert "refers to no topology object" in refused.stderr and "Traceback" not in refused.stderr
+    assert not (tmp_path / "lws.yaml").exists()
+    onto_input = run("solve", AGG, SMALL, "-t", "kueue", "--topology-objects", SMALL)
+    assert (onto_input.returncode, onto_input.stdout) == (2, "") and "also an input" in onto_input.stderr
 
 
-def test_cli_batch_prints_the_objects_once(tmp_path):
-    batch = run("solve", AGG, DISAGG, SMALL, "-t", "kueue", "-q", "--topology-objects")
+def test_cli_batch_prints_the_objects_once():
+    batch = run("solve", AGG, DISAGG, SMALL, "-t", "kueue", "-q", "--topology-objects", "-")
     assert batch.returncode in (0, 1), batch.stderr
     kinds = Counter(d["kind"] for d in yaml.safe_load_all(batch.stdout) if d)
     assert kinds["Topology"] == kinds["ResourceFlavor"] == 1

@@ -96,14 +96,15 @@ def solve_command(
         ),
     ] = None,
     topology_objects: Annotated[
-        bool,
+        Path | None,
         typer.Option(
             "--topology-objects",
-            help="Also print the cluster-scoped objects the --target's constraints refer to, for a cluster "
-            "that lacks them: Kueue Topology + ResourceFlavor, Volcano HyperNodes (kai prints its Topology "
-            "anyway).",
+            help="Also write the cluster-scoped objects the --target's constraints refer to, for a cluster that "
+            "lacks them (Kueue Topology + ResourceFlavor, Volcano HyperNodes; kai prints its Topology anyway), "
+            "to this file, or with '-' in front of the manifests on stdout. Apply them once, outside any "
+            "deployment's ApplySet.",
         ),
-    ] = False,
+    ] = None,
     namespace: Annotated[
         str | None, typer.Option("--namespace", "-n", help="Namespace of every object (overrides the spec's).")
     ] = None,
@@ -156,6 +157,8 @@ def solve_command(
     if placement is not None:
         busy = "the plan" if dry_run else "the manifests"
         check_output(placement, "--placement", inputs, stdout_busy=busy)
+    if topology_objects is not None:
+        check_output(topology_objects, "--topology-objects", [*inputs, *([placement] if placement else [])])
     if namespace is not None:
         from placer.model import k8s
 
@@ -169,7 +172,7 @@ def solve_command(
     *specs, cluster = paths
     from placer.emit.targets import TOPOLOGY_TARGETS
 
-    if topology_objects and target.value not in TOPOLOGY_TARGETS:
+    if topology_objects is not None and target.value not in TOPOLOGY_TARGETS:
         from placer.model.errors import InputError
 
         raise InputError(
@@ -209,11 +212,13 @@ def solve_command(
         namespace=namespace,
         target_version=target_version,
     )
-    if topology_objects:
+    if topology_objects is not None:
         from placer.emit.manifests import topology_manifests
 
         r = result
-        r.manifests[:0] = topology_manifests(r.spec, r.topology, r.placement, r.report, target.value, target_version)
+        docs = topology_manifests([(r.spec, r.placement, r.report)], r.topology, target.value, target_version)
+        if str(topology_objects) == "-":
+            r.manifests[:0] = docs
     if dry_run:
         _print_plan(result, target.value, nccl)
         say(result.summary(time.perf_counter() - t0))
@@ -224,6 +229,8 @@ def solve_command(
         from placer.emit.manifests import placement_text
 
         write_output(placement, placement_text(result.placement, placement, result.spec), "--placement", paths)
+    if topology_objects is not None and str(topology_objects) != "-":
+        _write_topology(topology_objects, docs, output, paths)
     sys.stdout.write(text)
     sys.stdout.flush()
     say(result.summary(time.perf_counter() - t0))
@@ -265,7 +272,7 @@ def _solve_fleet(
     quiet,
     say,
     target_version=None,
-    topology_objects=False,
+    topology_objects=None,
 ):
     """Several deployments and/or --keep: the placed ones on stdout, a table of all of them on stderr."""
     from placer.emit.files import write_output
@@ -285,13 +292,13 @@ def _solve_fleet(
         namespace=namespace,
         target_version=target_version,
     )
-    if topology_objects and res.fleet.placed:  # the cluster's objects once, from the first placed deployment
+    if topology_objects is not None and res.fleet.placed:  # once for the cluster, agreed by every deployment
         from placer.emit.manifests import topology_manifests
 
-        first = res.fleet.placed[0]
-        spec, report = first.deployment.spec, res.reports[0]
-        docs = topology_manifests(spec, res.topology, first.placement, report, target, target_version)
-        res.manifests[:0] = docs
+        placed = [(p.deployment.spec, p.placement, r) for p, r in zip(res.fleet.placed, res.reports, strict=True)]
+        docs = topology_manifests(placed, res.topology, target, target_version)
+        if str(topology_objects) == "-":
+            res.manifests[:0] = docs
     table = fleet_table(res, time.perf_counter() - t0)
     if dry_run:
         _console(sys.stdout).print(table)
@@ -299,12 +306,22 @@ def _solve_fleet(
         if placement is not None:
             text = records_text([(p.deployment.spec, p.placement) for p in res.fleet.placed])
             write_output(placement, text, "--placement", [*specs, cluster, *keep])
+        if topology_objects is not None and str(topology_objects) != "-" and res.fleet.placed:
+            _write_topology(topology_objects, docs, output, [*specs, cluster, *keep])
         sys.stdout.write(res.json() if output is OutputFormat.json else res.yaml())
         sys.stdout.flush()
         if not quiet:
             _console(sys.stderr).print(table)
     if res.fleet.unplaced:
         raise typer.Exit(1)
+
+
+def _write_topology(path: Path, docs: list[dict], output, inputs) -> None:
+    from placer.emit.files import write_output
+    from placer.emit.manifests import to_json_list, to_yaml
+
+    text = to_json_list(docs) if output is OutputFormat.json else to_yaml(docs)
+    write_output(path, text, "--topology-objects", inputs)
 
 
 def _console(stream):

@@ -20,6 +20,7 @@ import yaml
 from placer.check.verify import Report
 from placer.emit.targets import DEFAULT_TARGET, TARGETS, builder
 from placer.emit.targets.common import GPU_RESOURCE, GROUP_LABEL, Context, pod_name
+from placer.model.errors import InputError
 from placer.model.placement import Placement
 from placer.model.record import spec_record
 from placer.model.spec import ServingTopology
@@ -57,19 +58,29 @@ def build_manifests(
 
 
 def topology_manifests(
-    spec: ServingTopology,
+    placed: list[tuple[ServingTopology, Placement, Report]],
     topo: Topology,
-    placement: Placement,
-    report: Report,
     target: str,
     target_version: str | None = None,
 ) -> list[dict]:
     """``--topology-objects``: the cluster-scoped objects ``target``'s constraints refer to
-    (placer.emit.targets.topology_objects), with the label keys and tiers of this spec and cluster."""
+    (placer.emit.targets.topology_objects), built for each placed deployment with its label keys and tiers.
+    They are the cluster's, so they are printed once; deployments that need different ones are refused."""
     from placer.emit.targets.topology_objects import topology_objects
 
-    ctx = Context(spec, topo, placement, report, target_version=target_version)
-    return topology_objects(ctx, target)
+    out: dict[tuple[str, str], tuple[str, dict]] = {}
+    for spec, placement, report in placed:
+        ctx = Context(spec, topo, placement, report, target_version=target_version)
+        for doc in topology_objects(ctx, target):
+            key = (doc["kind"], doc["metadata"]["name"])
+            first = out.setdefault(key, (spec.metadata.name, doc))
+            if first[1] != doc:
+                raise InputError(
+                    f"--topology-objects: {first[0]} and {spec.metadata.name} need different {key[0]} "
+                    f"{key[1]!r} (their scheduling.topologyLabels, volcanoTiers or topology differ); print "
+                    "them one deployment at a time"
+                )
+    return [doc for _, doc in out.values()]
 
 
 class _PlainDumper(yaml.SafeDumper):

@@ -9,19 +9,24 @@ points at nothing. This module prints them from the cluster file, with the same 
 always agree:
 
 - ``kueue``: a ``Topology`` (levels broadest first, ``kubernetes.io/hostname`` last) and a
-  ``ResourceFlavor`` naming it (``kueue.x-k8s.io/v1beta1``, served from Kueue v0.14.0 to main;
-  ``--target-version 0.13`` gets Kueue v0.13's ``v1alpha1`` Topology). A flavor with a topology must select
-  nodes by at least one label (the CRD's CEL rule): the label every node of the cluster file carries with
-  one value, else GPU Feature Discovery's ``nvidia.com/gpu.present: "true"``.
+  ``ResourceFlavor`` naming it, as ``kueue.x-k8s.io/v1beta2`` (served from Kueue v0.15.0; v1beta1 is
+  deprecated from v0.16.0), ``v1beta1`` for ``--target-version 0.14``, and for 0.13 a ``v1alpha1``
+  Topology (its only version) with a ``v1beta1`` flavor. A flavor with a topology must select nodes by at
+  least one label (the CRD's CEL rule): the label every GPU node of the cluster file carries with one
+  value, else GPU Feature Discovery's ``nvidia.com/gpu.present: "true"``.
 - ``volcano``: one ``HyperNode`` (``topology.volcano.sh/v1alpha1``, Volcano 1.12 and later) per domain at
-  each tiered level, its members the nodes (lowest tier) or the HyperNodes one tier down, by exact name.
+  each tiered level, its members the nodes (lowest tier) or the HyperNodes one tier down, by exact name
+  (Volcano's webhook wants each a qualified name: at most 63 characters), with ``tierName`` = placer's level
+  from Volcano 1.14.
 - ``kai``: nothing more: the kai target prints its ``Topology`` already (unless ``scheduling.topology``
   names one that exists).
-Other targets have no such object (they pin nodes, or Grove reads its own ClusterTopology): refused.
+Other targets have no such object (they pin nodes; Grove's ``ClusterTopologyBinding`` is part of the grove
+target's output): refused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -29,10 +34,16 @@ from placer.emit.targets import TOPOLOGY_TARGETS, kai, volcano
 from placer.emit.targets.common import HOSTNAME, Context
 from placer.model.errors import InputError
 
-KUEUE_API = "kueue.x-k8s.io/v1beta1"  # served from Kueue v0.14.0 to main (v1beta2 is main's storage version)
-KUEUE_OLD_TOPOLOGY_API = "kueue.x-k8s.io/v1alpha1"  # Kueue v0.13's only Topology version
-KUEUE_V1BETA1 = "0.14.0"
+# Kueue release -> (Topology, ResourceFlavor) API, newest first: v1beta2 from v0.15.0 (v1beta1 deprecated
+# from v0.16.0), v1beta1 only in v0.14, and in v0.13 Topology v1alpha1 beside ResourceFlavor v1beta1
+KUEUE_APIS = (
+    ("0.15.0", "kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta2"),
+    ("0.14.0", "kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta1"),
+    ("0.13.0", "kueue.x-k8s.io/v1alpha1", "kueue.x-k8s.io/v1beta1"),
+)
 HYPERNODE_API = "topology.volcano.sh/v1alpha1"
+TIER_NAME = "1.14.0"  # HyperNode spec.tierName exists from Volcano 1.14.0
+NAME_MAX = 63  # Volcano's webhook checks each member's exactMatch name as a qualified name
 GPU_PRESENT = ("nvidia.com/gpu.present", "true")  # set by GPU Feature Discovery on every GPU node
 # The cluster's objects, shared by its deployments: labelled as placer's topology, not as any deployment's
 # (a deployment's labels would change with each one applied, and its ApplySet would prune them)
@@ -65,16 +76,18 @@ def level_labels(ctx: Context) -> list[str]:
 def kueue_objects(ctx: Context) -> list[dict[str, Any]]:
     name = kai.topology_name(ctx)
     labels = dict(LABELS)
-    api = KUEUE_OLD_TOPOLOGY_API if ctx.version_below(KUEUE_V1BETA1) else KUEUE_API
+    _, topology_api, flavor_api = next(
+        (row for row in KUEUE_APIS if not ctx.version_below(row[0])), KUEUE_APIS[-1]
+    )  # older than 0.13 is refused by the kueue target itself
     topology = {
-        "apiVersion": api,
+        "apiVersion": topology_api,
         "kind": "Topology",
         "metadata": {"name": name, "labels": labels},
         "spec": {"levels": [{"nodeLabel": key} for key in level_labels(ctx)]},
     }
     key, value = shared_node_label(ctx, set(level_labels(ctx)))
     flavor = {
-        "apiVersion": KUEUE_API,
+        "apiVersion": flavor_api,
         "kind": "ResourceFlavor",
         "metadata": {"name": name, "labels": labels},
         "spec": {"nodeLabels": {key: value}, "topologyName": name},
@@ -83,8 +96,8 @@ def kueue_objects(ctx: Context) -> list[dict[str, Any]]:
 
 
 def shared_node_label(ctx: Context, skip: set[str]) -> tuple[str, str]:
-    """A label every node carries with the same value (not a level's), else GFD's GPU-present label."""
-    nodes = ctx.topo.nodes
+    """A label every GPU node carries with the same value (not a level's), else GFD's GPU-present label."""
+    nodes = [n for n in ctx.topo.nodes if n.gpus]
     if nodes:
         common = set(nodes[0].labels.items())
         for node in nodes[1:]:
@@ -100,6 +113,13 @@ def hypernodes(ctx: Context) -> list[dict[str, Any]]:
     tiers = volcano.tiers(ctx)
     topo = ctx.topo
     node_name = {topo.node_domain[n.index]: n.name for n in topo.nodes}
+    too_long = sorted(n for n in node_name.values() if len(n) > NAME_MAX)
+    if too_long:
+        raise InputError(
+            f"--topology-objects: node {too_long[0]!r} has a name of {len(too_long[0])} characters; Volcano's "
+            f"HyperNode webhook accepts member names of at most {NAME_MAX} (create those HyperNodes with a "
+            "regexMatch or labelMatch selector yourself)"
+        )
     tiered = [d for d in topo.domains.values() if _level(d.level) in tiers]
     tiered.sort(key=lambda d: (tiers[_level(d.level)], topo.order[d.id]))
     names = _names([d.id for d in tiered])
@@ -114,7 +134,8 @@ def hypernodes(ctx: Context) -> list[dict[str, Any]]:
                 "apiVersion": HYPERNODE_API,
                 "kind": "HyperNode",
                 "metadata": {"name": names[d.id], "labels": dict(LABELS)},
-                "spec": {"tier": tiers[_level(d.level)], "members": members},
+                "spec": {"tier": tiers[_level(d.level)], "members": members}
+                | ({} if ctx.version_below(TIER_NAME) else {"tierName": _level(d.level)}),
             }
         )
     return out
@@ -139,15 +160,15 @@ def _members(topo, domain_id: str, tiers: dict[str, int], node_name: dict[str, s
 
 
 def _names(domain_ids: list[str]) -> dict[str, str]:
-    """``placer-<level>-<name>`` as a DNS-1123 name; a clash after lowercasing gets a numbered suffix."""
+    """``placer-<level>-<name>``: lowercase letters, digits and single dashes, at most 63 characters (a
+    longer or clashing one ends in a short hash of the domain id, so names stay stable run to run)."""
     out: dict[str, str] = {}
     taken: set[str] = set()
     for d in domain_ids:
-        base = "placer-" + re.sub(r"[^a-z0-9.-]+", "-", d.lower()).strip("-.")
-        base = base[:240].rstrip("-.")
-        name, n = base, 2
-        while name in taken:
-            name, n = f"{base}-{n}", n + 1
+        name = "placer-" + re.sub(r"[^a-z0-9]+", "-", d.lower()).strip("-")
+        if len(name) > NAME_MAX or name in taken:
+            digest = hashlib.sha256(d.encode()).hexdigest()[:8]
+            name = f"{name[: NAME_MAX - 9].rstrip('-')}-{digest}"
         taken.add(name)
         out[d] = name
     return out
