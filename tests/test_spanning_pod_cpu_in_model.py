@@ -1,0 +1,150 @@
+"""Issue 18: the CPU and memory of a spanning instance's pods are in the model, so a CPU-tight node makes
+placer choose another node instead of stopping with exit 3 (the checker refusing the decoded placement).
+
+Before the fix the model counted only the GPUs a spanning (pooled) instance draws from each node; the pods
+those GPUs became were checked after solving, by the decoder and the checker.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from placer.check.verify import check
+from placer.model.cluster import ClusterSpec
+from placer.model.spec import ServingTopology
+from placer.solver.problem import build_problem
+from placer.solver.solve import SolveOptions, solve
+from placer.topology.build import build_topology
+
+
+def _cluster(nodes: list[dict]) -> dict:
+    return {
+        "apiVersion": "placer.dev/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": "tight"},
+        "nodes": nodes,
+        "fabric": {"network": {"railsPerNode": 8}},
+    }
+
+
+def _node(name: str, cpu: str, busy: list[int], queue: int, memory: str = "64Gi") -> dict:
+    return {
+        "name": name,
+        "rack": "r0",
+        "gpus": {"count": 4, "product": "H100", "memoryGiB": 80},
+        "cpu": cpu,
+        "memory": memory,
+        "busy": busy,
+        "metrics": {"queueDepth": queue},
+    }
+
+
+def _spec(tp: int, instances: int, cpu: str = "2", memory: str = "1Gi") -> dict:
+    return {
+        "apiVersion": "placer.dev/v1alpha1",
+        "kind": "ServingTopology",
+        "metadata": {"name": "span"},
+        "model": {"layers": 4, "hiddenSize": 1024, "kvHeads": 2, "headDim": 64},
+        "pools": {
+            "aggregated": {
+                "instances": instances,
+                "tensorParallel": tp,
+                "placement": {"required": "rack"},
+                "template": {
+                    "image": "example.com/engine:1",
+                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                },
+            }
+        },
+    }
+
+
+# TP4 on three nodes with 2 free GPUs each: every instance spans two nodes. n0 has no queue (the cheapest
+# GPUs: 0 queue units against 100 x 1 and 100 x 2 per GPU on n1, n2), but 1 CPU free and each pod asks 2:
+# no pod fits there. The only valid placement takes n1 + n2 (queue units 2 x 100 + 2 x 200 = 600).
+SPANNING = _cluster(
+    [
+        _node("n0", "1", [0, 1], 0),
+        _node("n1", "16", [0, 1], 1),
+        _node("n2", "16", [0, 1], 2),
+    ]
+)
+
+
+def _solve(spec_d: dict, cluster_d: dict):
+    spec = ServingTopology.model_validate(spec_d)
+    topo = build_topology(ClusterSpec.model_validate(cluster_d))
+    placement = solve(build_problem(spec, topo), SolveOptions(time_limit_s=10))
+    return spec, topo, placement
+
+
+def test_spanning_instance_avoids_a_cpu_tight_cheapest_node():
+    spec, topo, placement = _solve(_spec(4, 1), SPANNING)
+    report = check(spec, topo, placement)
+    assert report.ok, report.violations
+    (inst,) = placement.replicas[0].instances
+    assert sorted(p.node for p in inst.pods) == ["n1", "n2"]
+    assert placement.stats.status == "optimal"
+    assert placement.stats.objective == report.total_units
+
+
+def test_spanning_pods_per_node_are_counted_not_just_gpus():
+    # n0 has 4 free GPUs and CPU for one 2-CPU pod (3 free); n1 has 4 free GPUs and plenty of CPU but a
+    # queue. Two TP1 instances cost 0 all-reduce anywhere, so the cheapest GPUs are n0's: drawing both from
+    # n0's pool would make two pods there (4 CPU > 3). The best valid placement is one on n0, one on n1.
+    cluster = _cluster([_node("n0", "3", [], 0), _node("n1", "16", [], 1)])
+    spec, topo, placement = _solve(_spec(1, 2), cluster)
+    report = check(spec, topo, placement)
+    assert report.ok, report.violations
+    assert sorted(p.node for i in placement.replicas[0].instances for p in i.pods) == ["n0", "n1"]
+
+
+def test_spanning_pods_memory_is_counted():
+    # As the first test, with n0 short of memory instead of CPU (1Gi free, pods ask 2Gi).
+    cluster = _cluster(
+        [
+            _node("n0", "16", [0, 1], 0, memory="1Gi"),
+            _node("n1", "16", [0, 1], 1),
+            _node("n2", "16", [0, 1], 2),
+        ]
+    )
+    spec, topo, placement = _solve(_spec(4, 1, cpu="1", memory="2Gi"), cluster)
+    report = check(spec, topo, placement)
+    assert report.ok, report.violations
+    assert sorted(p.node for p in placement.replicas[0].instances[0].pods) == ["n1", "n2"]
+
+
+def test_spanning_split_that_only_fits_with_uneven_pods():
+    # Three nodes with 3 free GPUs each, one 2-CPU pod of room each on n0 and n1 (3 CPU free), n2 roomy but
+    # with the largest queue. Two TP3 instances = 6 GPUs. n0 + n1 hold them (one whole pod each): 600 + 0.
+    # Any split that put two pods on n0 or n1 would fail the checker.
+    cluster = _cluster([_node("n0", "3", [0], 0), _node("n1", "3", [0], 1), _node("n2", "16", [0], 3)])
+    spec, topo, placement = _solve(_spec(3, 2), cluster)
+    report = check(spec, topo, placement)
+    assert report.ok, report.violations
+    pods = sorted((p.node, len(p.gpus)) for i in placement.replicas[0].instances for p in i.pods)
+    assert pods == [("n0", 3), ("n1", 3)]
+
+
+def test_cli_exits_0_not_3_on_a_cpu_tight_node(tmp_path: Path):
+    spec_file, cluster_file = tmp_path / "spec.yaml", tmp_path / "cluster.yaml"
+    spec_file.write_text(yaml.safe_dump(_spec(4, 1)))
+    cluster_file.write_text(yaml.safe_dump(SPANNING))
+    out = subprocess.run(
+        [sys.executable, "-m", "placer", "solve", str(spec_file), str(cluster_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "n0" not in [
+        d["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ][0]["matchExpressions"][0]["values"][0]
+        for d in yaml.safe_load_all(out.stdout)
+        if d and d["kind"] == "StatefulSet"
+    ]
