@@ -64,8 +64,9 @@ def _spec(tp: int, instances: int, cpu: str = "2", memory: str = "1Gi") -> dict:
 
 
 # TP4 on three nodes with 2 free GPUs each: every instance spans two nodes. n0 has no queue (the cheapest
-# GPUs: 0 queue units against 100 x 1 and 100 x 2 per GPU on n1, n2), but 1 CPU free and each pod asks 2:
-# no pod fits there. The only valid placement takes n1 + n2 (queue units 2 x 100 + 2 x 200 = 600).
+# GPUs: queue weight 100 x depth, in units of 0.01, is 0 per GPU against 10,000 on n1 and 20,000 on n2),
+# but 1 CPU free and each pod asks 2: no pod fits there. The only valid placement takes n1 + n2
+# (2 x 10,000 + 2 x 20,000 = 60,000 queue units).
 SPANNING = _cluster(
     [
         _node("n0", "1", [0, 1], 0),
@@ -90,6 +91,7 @@ def test_spanning_instance_avoids_a_cpu_tight_cheapest_node():
     assert sorted(p.node for p in inst.pods) == ["n1", "n2"]
     assert placement.stats.status == "optimal"
     assert placement.stats.objective == report.total_units
+    assert report.queue_units == 60_000
 
 
 def test_spanning_pods_per_node_are_counted_not_just_gpus():
@@ -118,16 +120,26 @@ def test_spanning_pods_memory_is_counted():
     assert sorted(p.node for p in placement.replicas[0].instances[0].pods) == ["n1", "n2"]
 
 
-def test_spanning_split_that_only_fits_with_uneven_pods():
-    # Three nodes with 3 free GPUs each, one 2-CPU pod of room each on n0 and n1 (3 CPU free), n2 roomy but
-    # with the largest queue. Two TP3 instances = 6 GPUs. n0 + n1 hold them (one whole pod each): 600 + 0.
-    # Any split that put two pods on n0 or n1 would fail the checker.
-    cluster = _cluster([_node("n0", "3", [0], 0), _node("n1", "3", [0], 1), _node("n2", "16", [0], 3)])
+def test_spanning_pieces_must_add_up_per_instance():
+    # Two TP3 instances (6 GPUs). n0, n1, n2 have 2 free GPUs each, no queue, and CPU for one 2-CPU pod
+    # (3 free); n3 has 4 free GPUs, a queue (10,000 units per GPU) and room. The 6 cheap GPUs would be 2+2+2,
+    # which no two instances of 3 can split without two pods on one node. So the optimum takes 5 cheap
+    # GPUs and 1 of n3 (2+1 and 2+1 over distinct nodes): 10,000 queue units, one pod per tight node.
+    cluster = _cluster(
+        [
+            _node("n0", "3", [0, 1], 0),
+            _node("n1", "3", [0, 1], 0),
+            _node("n2", "3", [0, 1], 0),
+            _node("n3", "16", [], 1),
+        ]
+    )
     spec, topo, placement = _solve(_spec(3, 2), cluster)
     report = check(spec, topo, placement)
     assert report.ok, report.violations
-    pods = sorted((p.node, len(p.gpus)) for i in placement.replicas[0].instances for p in i.pods)
-    assert pods == [("n0", 3), ("n1", 3)]
+    pods = [(p.node, len(p.gpus)) for i in placement.replicas[0].instances for p in i.pods]
+    assert sum(g for n, g in pods if n == "n3") == 1
+    assert sorted(n for n, _g in pods if n != "n3") == ["n0", "n1", "n2"]
+    assert placement.stats.status == "optimal" and report.queue_units == 10_000
 
 
 def test_cli_exits_0_not_3_on_a_cpu_tight_node(tmp_path: Path):
