@@ -142,7 +142,7 @@ class PlacementModel:
                     if cand.kind == "pooled":
                         total.append(plan.size * lit)
                         # what the instances take on tight nodes is theirs already (cpsat.pods)
-                        mine = [-g for _n, g in span.pieces((key, ci))]
+                        mine = [-t for t in span.totals((key, ci))]
                         for d in self.topo.ancestors(cand.domain):
                             demand[d] += [plan.size * lit, *mine]
             self.model.add(sum(supply.values()) == sum(total))

@@ -44,6 +44,7 @@ class Slot:
     active: cp_model.IntVar
     pods: dict[int, cp_model.IntVar]  # tight node -> has a pod here
     gpus: dict[int, cp_model.IntVar]  # tight node -> GPUs it takes here
+    total: cp_model.IntVar  # its GPUs on tight nodes (one term where domains sum them: short linear rows)
 
 
 @dataclass
@@ -58,11 +59,15 @@ class Span:
             yield from slot.gpus.items()
         yield from self.singles.get(sk, {}).items()
 
+    def totals(self, sk: SlotKey) -> list[cp_model.IntVar]:
+        """The tight GPUs of the instances at one candidate, one term per slot (or per node for 1-GPU)."""
+        return [s.total for s in self.slots.get(sk, [])] + list(self.singles.get(sk, {}).values())
+
     def all_vars(self) -> list[cp_model.IntVar]:
         out: list[cp_model.IntVar] = []
         for slots in self.slots.values():
             for s in slots:
-                out += [s.active, *s.pods.values(), *s.gpus.values()]
+                out += [s.active, s.total, *s.pods.values(), *s.gpus.values()]
         for counts in self.singles.values():
             out += list(counts.values())
         return out
@@ -119,7 +124,9 @@ def create_span(model: cp_model.CpModel, problem: Problem, choice: dict, tight: 
                 continue
             slots = []
             for j in range(min(ub, sum(room[n] for n in nodes))):
-                slot = Slot(model.new_bool_var(f"sa[{tag},{j}]"), {}, {})
+                slot = Slot(
+                    model.new_bool_var(f"sa[{tag},{j}]"), {}, {}, model.new_int_var(0, plan.size, f"st[{tag},{j}]")
+                )
                 for n in nodes:
                     cap = min(plan.size, len(topo.nodes[n].free_gpus))
                     slot.pods[n] = model.new_bool_var(f"sz[{tag},{j},{n}]")
@@ -145,11 +152,12 @@ def post_span(pm, symmetry: bool) -> None:
                 model.add(g >= z)
                 pm.capacity.cpu[n].append(plan.cpu_m * z)
                 pm.capacity.memory[n].append(plan.memory_bytes * z)
-            model.add(sum(s.gpus.values()) <= plan.size * s.active)
+            model.add(s.total == sum(s.gpus.values()))
+            model.add(s.total <= plan.size * s.active)
         if symmetry:  # slots of one candidate are interchangeable: active first, most tight GPUs first
             for a, b in zip(slots, slots[1:], strict=False):
                 model.add(b.active <= a.active)
-                model.add(sum(b.gpus.values()) <= sum(a.gpus.values()))
+                model.add(b.total <= a.total)
     for (key, ci), counts in span.singles.items():
         plan = problem.pools[key[1]]
         model.add(sum(counts.values()) <= pm.vars.choice[key][ci])
@@ -193,6 +201,7 @@ def hint_pieces(span: Span, sk: SlotKey, instances: list[list[tuple[int, int]]],
         return
     for slot, t in zip(span.slots.get(sk, []), tight, strict=False):
         values[slot.active] = 1
+        values[slot.total] = sum(g for n, g in t if n in slot.gpus)
         for n, g in t:
             if n in slot.gpus:
                 values[slot.gpus[n]] = g
