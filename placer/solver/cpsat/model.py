@@ -1,7 +1,8 @@
 """The CP-SAT model: variables, every constraint family in order, and the objective terms.
 
 ``add_constraints`` is the table of contents. Capacity is laminar (every domain's demand within its free
-GPUs), so the per-node split of spanning instances can be decided after solving and stays exact.
+GPUs), so the per-node split of spanning instances over roomy nodes can be decided after solving and stays
+exact; on nodes whose CPU or memory could run out each instance's pods are variables (cpsat.pods).
 """
 
 from __future__ import annotations

@@ -224,7 +224,7 @@ def pin_pieces(model: cp_model.CpModel, span: Span, sk: SlotKey, kept: list[dict
         return True
     slots = span.slots.get(sk, [])
     if len(kept) > len(slots):
-        return bool(not kept)
+        return False
     for slot, k in zip(slots, kept, strict=False):
         if any(n not in slot.gpus for n in k):
             return False
