@@ -160,3 +160,30 @@ def test_cli_exits_0_not_3_on_a_cpu_tight_node(tmp_path: Path):
         for d in yaml.safe_load_all(out.stdout)
         if d and d["kind"] == "StatefulSet"
     ]
+
+
+def test_joint_models_count_every_peers_pods_on_tight_nodes():
+    # One model for two deployments (placer plan, a batch's repair): n0 has 2 free GPUs and 3 CPUs. For
+    # deployment a alone (1-CPU pods) it is roomy (2 pods x 1 = 2 <= 3); for b (3-CPU pods) it is tight. In
+    # the joint model one pod of each (1 + 3 = 4 > 3) must be seen, so n0 is tight for both. All 8 free GPUs
+    # are needed (two TP4 instances), so n0's two GPUs go to one instance (a pod of 1 or 3 CPUs), never split.
+    from placer.solver.cpsat.model import PlacementModel
+    from placer.solver.plan import plan
+
+    cluster = _cluster([_node(f"n{i}", "3" if i == 0 else "64", [0, 1], min(i, 1)) for i in range(4)])
+    topo = build_topology(ClusterSpec.model_validate(cluster))
+    a = ServingTopology.model_validate(_spec(4, 1, cpu="1") | {"metadata": {"name": "a"}})
+    b = ServingTopology.model_validate(_spec(4, 1, cpu="3") | {"metadata": {"name": "b"}})
+    problems = [build_problem(a, topo), build_problem(b, topo)]
+    assert 0 not in PlacementModel(problems[0]).vars.span.tight
+    assert 0 in PlacementModel(problems[1]).vars.span.tight
+    from ortools.sat.python import cp_model
+
+    model = cp_model.CpModel()
+    assert 0 in PlacementModel(problems[0], model=model, joint=True, peers=problems).vars.span.tight
+    result = plan([], [(a, "a.yaml"), (b, "b.yaml")], topo, SolveOptions(time_limit_s=10))
+    for spec, placement in result.placements:
+        others = [p for s, p in result.placements if p is not placement]
+        assert len(placement.replicas) == 1
+        n0 = [p for i in placement.replicas[0].instances for p in i.pods if p.node == "n0"]
+        assert len(n0) <= 1 and (not n0 or len(n0[0].gpus) == 2), (spec.metadata.name, n0, others)
