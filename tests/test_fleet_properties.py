@@ -80,9 +80,12 @@ def test_the_lower_bound_is_below_every_joint_arrangement(batch):
         return
     model = cp_model.CpModel()
     pms = []
-    for problem, p in zip(problems, result.placed, strict=True):
-        n = len(p.placement.replicas)
-        pm = PlacementModel(replace(problem, replicas=n, min_replicas=n), model=model, joint=True)
+    fixed = [
+        replace(problem, replicas=len(p.placement.replicas), min_replicas=len(p.placement.replicas))
+        for problem, p in zip(problems, result.placed, strict=True)
+    ]
+    for problem, p, one in zip(problems, result.placed, fixed, strict=True):
+        pm = PlacementModel(one, model=model, joint=True, peers=fixed)
         misses = sum(
             1
             for r in p.placement.replicas

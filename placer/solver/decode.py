@@ -7,6 +7,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from placer.model.placement import InstancePlacement, Pod, ReplicaPlacement
+from placer.solver.cpsat.pods import solved_pieces
 from placer.solver.problem import Candidate, Problem, kept_candidate
 
 
@@ -35,6 +36,7 @@ def decode_joint(parts: list[Part], solver) -> list[tuple[ReplicaPlacement, ...]
     pods: list[dict[tuple, list[tuple[int, list[int]]]]] = [{} for _ in parts]
     chosen: list[dict[tuple, tuple[int, Candidate]]] = [{} for _ in parts]
     supply: list[dict[tuple, int]] = []
+    pieces: list[dict[tuple, list[dict[int, int]]]] = []
     for pi, part in enumerate(parts):
         problem, v = part.problem, part.pm.vars  # type: ignore[attr-defined]
         kept_at: dict[tuple, int] = defaultdict(int)  # (replica, pool, candidate) -> pinned instances there
@@ -66,7 +68,11 @@ def decode_joint(parts: list[Part], solver) -> list[tuple[ReplicaPlacement, ...]
             indices = [i] if plan.multi_node else [j for j in range(plan.instances) if (k, pool, j) not in part.pinned]
             for j, (_order, ci) in zip(indices, taken, strict=True):
                 chosen[pi][(k, pool, j)] = (ci, plan.candidates[ci])
-        supply.append({key: solver.value(p) - drawn[key] for key, p in v.pooled.items()})
+        # tight nodes' spanning GPUs are the instances' own pieces (cpsat.pods), given out below
+        supply.append(
+            {key: 0 if key[1] in v.span.tight else solver.value(p) - drawn[key] for key, p in v.pooled.items()}
+        )
+        pieces.append(_pieces(problem, v.span, solver, part.pinned))
 
     def take(node: int, count: int, socket: int | None = None) -> list[int]:
         avail = [g for g in free[node] if socket is None or topo.nodes[node].gpu(g).socket == socket]
@@ -100,6 +106,10 @@ def decode_joint(parts: list[Part], solver) -> list[tuple[ReplicaPlacement, ...]
         else:
             have = supply[pi]
             need, got = plan.size, []
+            mine = pieces[pi].get(((key[0], key[1], 0), chosen[pi][key][0])) or [{}]
+            for n, g in sorted(mine.pop(0).items()):  # its pods on tight nodes, as the model counted them
+                got.append((n, take(n, g)))
+                need -= g
             nodes = sorted(
                 (n for n in dom.nodes if have.get((plan.selector, n), 0) > 0),
                 key=lambda n: (-have[(plan.selector, n)], topo.order[topo.node_domain[n]]),
@@ -114,6 +124,20 @@ def decode_joint(parts: list[Part], solver) -> list[tuple[ReplicaPlacement, ...]
             assert need == 0, "pooled supply constraints guarantee the draw"
             pods[pi][key] = sorted(got)
     return [_replicas(part, solver, pods[pi], chosen[pi]) for pi, part in enumerate(parts)]
+
+
+def _pieces(problem: Problem, span, solver, pinned) -> dict[tuple, list[dict[int, int]]]:
+    """Per (counted key, candidate) the tight-node pods of its instances, less those of pinned instances
+    (which get their own GPUs back first)."""
+    out = {sk: solved_pieces(span, solver, sk) for sk in [*span.slots, *span.singles]}
+    topo = problem.topology
+    for (k, pool, _i), inst in pinned.items():
+        ci = kept_candidate(problem, inst)
+        mine = {topo.node_by_name(p.node).index: len(p.gpus) for p in inst.pods}
+        mine = {n: g for n, g in mine.items() if n in span.tight}
+        if mine and mine in out.get(((k, pool, 0), ci), []):
+            out[((k, pool, 0), ci)].remove(mine)
+    return out
 
 
 def _replicas(part: Part, solver, pods, chosen) -> tuple[ReplicaPlacement, ...]:

@@ -207,7 +207,7 @@ def _repair(
         problems = [_fixed_replicas(_problem(p.deployment, topo), len(p.placement.replicas)) for p in group]
         problems.append(_problem(d, topo))
         model = cp_model.CpModel()
-        pms = [PlacementModel(pb, model=model, joint=True) for pb in problems]
+        pms = [PlacementModel(pb, model=model, joint=True, peers=problems) for pb in problems]
     except InfeasibleError:
         return None
     post_capacity(model, topo, [pm.capacity for pm in pms])

@@ -277,10 +277,9 @@ def _place_instance(problem: Problem, state: _State, pool: PoolPlan, scope: list
                 continue
             left = sum(len(state.free[n]) for n in fit)
         else:
-            left = sum(len(_free_of(topo, state, n, dom)) for n in nodes)
+            # every node an instance takes GPUs from gets one of its pods: only nodes with room for one count
+            left = sum(len(_free_of(topo, state, n, dom)) for n in nodes if _pod_fits(state, n, pool))
             if left < pool.size:
-                continue
-            if cand.kind == "unit" and (state.cpu[nodes[0]] < pool.cpu_m or state.mem[nodes[0]] < pool.memory_bytes):
                 continue
         key = (*static, left, cand.order)
         if best is None or key < best[0]:
@@ -310,7 +309,7 @@ def _take(
     pods: list[tuple[int, list[int]]] = []
     if pool.multi_node:
         g = pool.gpus_per_node or 0
-        fit = [n for n in nodes if len(state.free[n]) >= g and state.cpu[n] >= pool.cpu_m]
+        fit = [n for n in nodes if len(state.free[n]) >= g and _pod_fits(state, n, pool)]
         fit.sort(key=lambda n: (problem.telemetry_units[n], len(state.free[n]), topo.order[topo.node_domain[n]]))
         for n in fit[: pool.node_count]:
             pods.append((n, _grab(state, n, state.free[n][:g], pool)))
@@ -323,12 +322,16 @@ def _take(
     )
     for n in order:
         avail = _free_of(topo, state, n, dom)
-        if not avail or need == 0:
+        if not avail or need == 0 or not _pod_fits(state, n, pool):
             continue
         take = avail[: min(need, len(avail))]
         pods.append((n, _grab(state, n, take, pool)))
         need -= len(take)
     return sorted(pods)
+
+
+def _pod_fits(state: _State, node: int, pool: PoolPlan) -> bool:
+    return state.cpu[node] >= pool.cpu_m and state.mem[node] >= pool.memory_bytes
 
 
 def _grab(state: _State, node: int, gpus: list[int], pool: PoolPlan) -> list[int]:

@@ -99,7 +99,7 @@ def plan(
         except InputError as exc:
             raise InputError(f"{source}: {exc}") from None
     model = cp_model.CpModel()
-    pms = [PlacementModel(p, model=model, joint=True) for p in problems]
+    pms = [PlacementModel(p, model=model, joint=True, peers=problems) for p in problems]
     post_capacity(model, base, [pm.capacity for pm in pms])
     for pm in pms[: len(running)]:  # running deployments keep the replicas they have (the model sees to
         # that) and get no new ones: a plan moves what runs, it does not scale it

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from placer.model.levels import LEVEL_RANK
 from placer.model.placement import InstancePlacement, Pod, ReplicaPlacement
+from placer.solver.cpsat.pods import hint_pieces
 from placer.solver.decode import decode
 from placer.solver.greedy import GreedyReplica, greedy_counted
 from placer.solver.options import (
@@ -207,6 +208,7 @@ def _hint(pm, problem: Problem, start: list[GreedyReplica]) -> None:
     reps = sorted(start, key=replica_key)
     values: dict = {}
     pooled: dict = defaultdict(int)
+    spanning: dict = defaultdict(list)  # (counted key, candidate) -> each spanning instance's (node, GPUs)
     used_spread: dict[int, set[str]] = {}
     for k, rep in enumerate(reps):
         values[v.placed[k]] = 1
@@ -226,6 +228,7 @@ def _hint(pm, problem: Problem, start: list[GreedyReplica]) -> None:
                 elif plan.candidates[g.candidate].kind == "pooled":
                     for n, gpus in g.pods:
                         pooled[(plan.selector, n)] += len(gpus)
+                    spanning[((k, pool, 0), g.candidate)].append([(n, len(gpus)) for n, gpus in g.pods])
         if problem.spread_level:
             rank = LEVEL_RANK[problem.spread_level]
             doms = [problem.pools[g.pool].candidates[g.candidate].domain for g in rep.instances]
@@ -242,10 +245,12 @@ def _hint(pm, problem: Problem, start: list[GreedyReplica]) -> None:
             values[v.router[k][rep.router]] = 1
     for key, var in v.pooled.items():
         values[var] = pooled.get(key, 0)
+    for sk, instances in spanning.items():
+        hint_pieces(v.span, sk, instances, values)
     for (k, dom), var in v.spread.items():  # an incomplete hint is repaired slowly, or not at all in time
         values[var] = int(dom in used_spread.get(k, set()))
     for lits in [*v.choice.values(), *v.node_of.values(), *v.container.values(), *v.router.values()]:
         for lit in lits.values():
             pm.model.add_hint(lit, values.get(lit, 0))
-    for var in [*v.pooled.values(), *v.placed, *v.spread.values()]:
+    for var in [*v.pooled.values(), *v.placed, *v.spread.values(), *v.span.all_vars()]:
         pm.model.add_hint(var, values.get(var, 0))

@@ -1,7 +1,8 @@
 """The CP-SAT model: variables, every constraint family in order, and the objective terms.
 
 ``add_constraints`` is the table of contents. Capacity is laminar (every domain's demand within its free
-GPUs), so the per-node split of spanning instances can be decided after solving and stays exact.
+GPUs), so the per-node split of spanning instances over roomy nodes can be decided after solving and stays
+exact; on nodes whose CPU or memory could run out each instance's pods are variables (cpsat.pods).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from ortools.sat.python import cp_model
 
 from placer.model.errors import InfeasibleError
 from placer.model.levels import LEVEL_RANK
+from placer.solver.cpsat.pods import pin_pieces, post_span, tight_draws, tight_nodes
 from placer.solver.cpsat.variables import Variables, create_variables
 from placer.solver.figures import free_in
 from placer.solver.problem import Problem, kept_candidate
@@ -33,13 +35,19 @@ class Capacity:
 class PlacementModel:
     """One problem's variables and constraints. ``model`` and ``joint`` let placer.solver.fleet and placer.solver.plan
     put several problems in one CpModel: the capacity terms are then posted once for all of them
-    (post_capacity)."""
+    (post_capacity); ``peers`` are then every problem of that model, whose pods and routers decide which
+    nodes' CPU or memory could run out (cpsat.pods.tight_nodes)."""
 
-    def __init__(self, problem: Problem, model: cp_model.CpModel | None = None, joint: bool = False):
+    def __init__(
+        self, problem: Problem, model: cp_model.CpModel | None = None, joint: bool = False, peers: list | None = None
+    ):
         self.problem = problem
         self.topo = problem.topology
         self.model = model if model is not None else cp_model.CpModel()
-        self.vars: Variables = create_variables(self.model, problem)
+        if joint and not peers:
+            raise ValueError("a joint PlacementModel needs peers: every problem sharing its capacity")
+        tight = tight_nodes(list(peers) if joint and peers else [problem])
+        self.vars: Variables = create_variables(self.model, problem, tight)
         # Soft-kept instances still where they run (placer.solver.plan maximises them): ("n", key, candidate) ->
         # how many counted instances stay there, ("m", key) -> a multi-node instance stays, ("r", replica).
         self.stays: dict[tuple, cp_model.IntVar] = {}
@@ -57,6 +65,7 @@ class PlacementModel:
         self._pooled_supply()
         self._domain_capacity_redundant()
         self._node_cpu_memory()
+        self._spanning_pods_on_tight_nodes()
         self._colocation_inside_container()
         self._router_inside_container()
         self._replicas_spread()
@@ -120,22 +129,29 @@ class PlacementModel:
         by_sel: dict[tuple, dict[int, cp_model.IntVar]] = defaultdict(dict)
         for (sel, n), p in self.vars.pooled.items():
             by_sel[sel][n] = p
+        span, tight = self.vars.span, self.vars.span.tight
+        pieces = tight_draws(self)
         for sel, supply in by_sel.items():
             demand: dict[str, list] = defaultdict(list)
             total = []
-            for (_k, pool, _i), lits in self.vars.choice.items():
-                plan = self.problem.pools[pool]
+            for key, lits in self.vars.choice.items():
+                plan = self.problem.pools[key[1]]
                 if plan.selector != sel:
                     continue
                 for ci, lit in lits.items():
                     cand = plan.candidates[ci]
                     if cand.kind == "pooled":
                         total.append(plan.size * lit)
+                        # what the instances take on tight nodes is theirs already (cpsat.pods)
+                        mine = [-t for t in span.totals((key, ci))]
                         for d in self.topo.ancestors(cand.domain):
-                            demand[d].append(plan.size * lit)
+                            demand[d] += [plan.size * lit, *mine]
             self.model.add(sum(supply.values()) == sum(total))
+            for n, p in supply.items():
+                if n in tight:
+                    self.model.add(p == sum(pieces.get((sel, n), [])))
             for d, terms in demand.items():
-                nodes = [supply[n] for n in self.topo.domains[d].nodes if n in supply]
+                nodes = [supply[n] for n in self.topo.domains[d].nodes if n in supply and n not in tight]
                 self.model.add(sum(terms) <= sum(nodes))
 
     def _domain_capacity_redundant(self) -> None:
@@ -152,7 +168,7 @@ class PlacementModel:
 
     def _node_cpu_memory(self) -> None:
         """Pods pinned to a node by the model (whole-node instances, multi-node pods, routers) fit its CPU and
-        memory. Spanning instances' pods are placed by the decoder, which checks the same rule."""
+        memory. (Spanning instances' pods: _spanning_pods_on_tight_nodes.)"""
         cpu: dict[int, list] = defaultdict(list)
         mem: dict[int, list] = defaultdict(list)
         for (_k, pool, _i), lits in self.vars.choice.items():
@@ -175,6 +191,11 @@ class PlacementModel:
         for n in cpu:
             self.capacity.cpu[n] += cpu[n]
             self.capacity.memory[n] += mem[n]
+
+    def _spanning_pods_on_tight_nodes(self) -> None:
+        """Spanning instances' pods on nodes whose CPU or memory could run out are explicit, per instance
+        (cpsat.pods), and charged to the node; on roomy nodes they can never exceed it."""
+        post_span(self, symmetry=self.problem.kept is None)
 
     # --- replica-level rules --------------------------------------------------------------------------
     def _colocation_inside_container(self) -> None:
@@ -250,6 +271,7 @@ class PlacementModel:
             self.model.add(v.placed[k] == 1)
         counted: dict[tuple, int] = defaultdict(int)
         drawn: dict[tuple, int] = defaultdict(int)
+        on_tight: dict[tuple, list] = defaultdict(list)  # kept spanning instances' pods on tight nodes
         for (k, pool, i), inst in sorted(kept.instances.items()):
             plan = self.problem.pools[pool]
             ci = kept_candidate(self.problem, inst)
@@ -287,6 +309,10 @@ class PlacementModel:
                     if cand.kind == "pooled":
                         drawn[(plan.selector, n)] += len(pod.gpus)
                     self._charge_sockets(n, pod.gpus, cand.domain)
+                if cand.kind == "pooled":
+                    on_tight[(key, ci)].append(
+                        {n: len(p.gpus) for p, n in zip(inst.pods, nodes, strict=True) if n in v.span.tight}
+                    )
         for (key, ci), count in sorted(counted.items()):
             if hard:
                 self.model.add(v.choice[key][ci] >= count)
@@ -296,6 +322,9 @@ class PlacementModel:
                 self.stays[("n", key, ci)] = stay_count
         for sel_node, gpus in sorted(drawn.items()):
             self.model.add(v.pooled[sel_node] >= gpus)
+        for (key, ci), pods in sorted(on_tight.items()):
+            if not pin_pieces(self.model, v.span, (key, ci), pods):
+                self._cannot_stay(f"running {key[1]} instances of replica {key[0]} have pods where no pod fits")
         for k, name in sorted(kept.routers.items()):
             r = v.router.get(k, {}).get(topo.node_by_name(name).index)
             if r is None:
@@ -333,7 +362,7 @@ class PlacementModel:
             for lits in (*v.choice.values(), *v.node_of.values(), *v.container.values(), *v.router.values())
             for lit in lits.values()
         ]
-        return out + [*v.pooled.values(), *v.placed, *v.spread.values(), *self.stays.values()]
+        return out + [*v.pooled.values(), *v.placed, *v.spread.values(), *self.stays.values(), *v.span.all_vars()]
 
     def moves_expr(self) -> cp_model.LinearExpr:
         """Soft-kept instances and routers that would leave where they run."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from placer.model.levels import LEVEL_RANK
+from placer.solver.cpsat.pods import Span, create_span
 from placer.solver.figures import free_in
 from placer.solver.problem import Problem
 
@@ -32,6 +33,7 @@ class Variables:
     container: dict[tuple[int, str], dict[int, cp_model.IntVar]]  # (replica, colocation) -> container -> lit
     router: dict[int, dict[int, cp_model.IntVar]]  # replica -> node -> literal
     spread: dict[tuple[int, str], cp_model.IntVar] = field(default_factory=dict)
+    span: Span = field(default_factory=Span)  # spanning instances' pods on tight nodes (cpsat.pods)
 
 
 def allowed_candidates(problem: Problem, pool: str) -> list[int]:
@@ -53,7 +55,7 @@ def allowed_candidates(problem: Problem, pool: str) -> list[int]:
     return out
 
 
-def create_variables(model: cp_model.CpModel, problem: Problem) -> Variables:
+def create_variables(model: cp_model.CpModel, problem: Problem, tight: frozenset[int] = frozenset()) -> Variables:
     topo = problem.topology
     placed = [model.new_bool_var(f"placed[{k}]") for k in range(problem.replicas)]
     choice: dict = {}
@@ -102,7 +104,8 @@ def create_variables(model: cp_model.CpModel, problem: Problem) -> Variables:
     if problem.has_router:
         for k in range(problem.replicas):
             router[k] = {n: model.new_bool_var(f"r[{k},{n}]") for n in problem.router_nodes}
-    return Variables(placed, choice, copies, node_of, pooled, container, router)
+    span = create_span(model, problem, choice, tight)
+    return Variables(placed, choice, copies, node_of, pooled, container, router, span=span)
 
 
 def _room(problem: Problem, plan, ci: int) -> int:
