@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, replace
 
+from placer.solver.anchor_bound import ARC_WORK_S, AssignmentBound, applies
 from placer.solver.figures import free_in
 from placer.solver.greedy import GreedyReplica
 from placer.solver.options import CLOCK_NOTE, Budget, Outcome, SolveOptions, Unplaceable
@@ -92,25 +93,43 @@ def solve_by_anchor(
         [_anchored_bound(problem, anchor, i, k, kv[i]) for k in range(problem.replicas + 1)]
         for i in range(len(anchor.domains))
     ]
+    # Where the flow bound applies, the walk is ordered by the Lagrangian bound (capacity priced at the LP
+    # duals of the unassigned relaxation), and a full assignment comes up again with its flow bound
+    # (refined): only an assignment whose flow bound beats the best placement is solved exactly.
+    flow = AssignmentBound(problem, anchor.domains, anchor.colocation, anchor.pools, link) if applies(problem) else None
+    if flow is not None:
+        priced = _priced(problem, anchor, flow, per_domain, budget)
+        if priced is None:
+            return None
+        rest, per_domain = priced
     suffix = _suffix(per_domain, anchor, problem.replicas)
-    heap: list[tuple[Value, int, int, int, Value, tuple[int, ...]]] = []
+    heap: list[tuple[Value, int, int, int, Value, tuple[int, ...], int]] = []
     top = suffix[0][problem.replicas]
     if top is None:
         return None
     seq = 0
-    heapq.heappush(heap, (_add(rest, top), seq, 0, problem.replicas, (0, 0), ()))
+    heapq.heappush(heap, (_add(rest, top), seq, 0, problem.replicas, (0, 0), (), 0 if flow else 2))
     proven = False
-    solved = 0
+    solved = flows = 0
     open_bound: Value | None = None  # the least bound of an assignment popped but not solved to the end
     notes: list[str] = []
     while heap:
-        bound, _s, j, left, partial, counts = heap[0]
+        bound, _s, j, left, partial, counts, refined = heap[0]
         if (best.misses, best.cost) <= bound:
             proven = True
             break
         if budget.out():
             break
         heapq.heappop(heap)
+        if left == 0 and refined < 2:
+            assert flow is not None
+            got_bound, arcs = flow.of(counts) if refined == 0 else flow.split(counts)
+            budget.spend(ARC_WORK_S * arcs)
+            flows += 1
+            if got_bound is not None:  # else no flow holds these replicas there, so no placement does
+                seq += 1
+                heapq.heappush(heap, (max(bound, (0, got_bound)), seq, j, left, partial, counts, refined + 1))
+            continue
         if left == 0:
             solved += 1
             share = budget.child(max(MIN_SHARE_S, FIRST_SHARE * budget.work_left))
@@ -134,11 +153,15 @@ def solve_by_anchor(
                 continue
             seq += 1
             nxt = _add(partial, step)
-            heapq.heappush(heap, (_add(rest, _add(nxt, after)), seq, j + 1, left - k, nxt, (*counts, k)))
+            item = (_add(rest, _add(nxt, after)), seq, j + 1, left - k, nxt, (*counts, k), 0 if flow else 2)
+            heapq.heappush(heap, item)
     if not heap and not proven and open_bound is None:
         proven = True  # every assignment was solved to the end (or none remains that could hold the replicas)
     if options.log:
-        options.log(f"[by anchor] {solved} fixed-{anchor.colocation} model(s) over {len(anchor.domains)} domains")
+        options.log(
+            f"[by anchor] {solved} fixed-{anchor.colocation} model(s) and {flows} flow bound(s) over "
+            f"{len(anchor.domains)} domains"
+        )
     if budget.clock_cut:
         notes.append(CLOCK_NOTE)
     if not proven:
@@ -150,6 +173,24 @@ def solve_by_anchor(
     low = min(still_open) if still_open else None
     cost_bound = best.cost if proven else (low[1] if low is not None and low[0] == best.misses else None)
     return replace(best, proven=proven, bound=cost_bound, notes=notes)
+
+
+def _priced(problem: Problem, anchor: Anchor, flow: AssignmentBound, per_domain, budget: Budget):
+    """(rest, per_domain) of the Lagrangian bound; an entry the per-domain bound found impossible stays so."""
+    prices = flow.prices((), problem.replicas)
+    budget.spend(ARC_WORK_S * len(flow.classes) * (problem.replicas + len(anchor.domains)) * 4)
+    if prices is None:
+        return None
+    tables = flow.tables(prices, anchor.cap, problem.replicas)
+    if tables is None:
+        return None
+    const, per = tables
+    priced = [
+        [None if old is None or new is None else (0, new) for old, new in zip(row, per[i], strict=False)]
+        + [None] * (len(row) - len(per[i]))
+        for i, row in enumerate(per_domain)
+    ]
+    return (0, const), priced
 
 
 def _add(a: Value, b: Value) -> Value:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from placer.model.errors import InfeasibleError
 from placer.model.placement import Placement, SolveStats
 from placer.solver.anchor import anchor_of, solve_by_anchor
+from placer.solver.anchor_bound import applies
 from placer.solver.decompose import solve_by_domain, split_of
 from placer.solver.greedy import greedy_counted
 from placer.solver.options import Budget, Outcome, SolveOptions, Unplaceable
@@ -89,16 +90,27 @@ def _search(problem: Problem, options: SolveOptions, budget: Budget) -> Outcome:
     start, work = greedy_counted(problem, budget.greedy_units())  # shared by both searches
     budget.spend_greedy(work)
     t_greedy = time.perf_counter()
+    small = problem.replicas * sum(len(plan.candidates) for plan in problem.pools.values()) <= ONE_MODEL_MAX_CANDIDATES
+    # Where the flow bound applies, the anchor search proves alone (bench/ANCHOR.md) and goes first; the one
+    # model then gets what it leaves. Elsewhere the one model goes first, as it proves the smaller clusters.
+    anchor_first = applies(problem)
     whole: Outcome | None = None
-    if problem.replicas * sum(len(plan.candidates) for plan in problem.pools.values()) <= ONE_MODEL_MAX_CANDIDATES:
+    by_anchor: Outcome | None = None
+    if anchor_first:
+        by_anchor = solve_by_anchor(problem, anchor, options, budget, start)
+        if by_anchor is not None and by_anchor.proven:
+            return replace(by_anchor, seconds={"greedy": t_greedy - t0, "search": time.perf_counter() - t_greedy})
+    if small and not budget.out():
         try:
-            whole = search(problem, options, budget.child(ONE_MODEL_SHARE * budget.work_left), start)
+            share = budget.work_left if anchor_first else ONE_MODEL_SHARE * budget.work_left
+            whole = search(problem, options, budget.child(share), start)
         except Unplaceable as exc:
             if exc.proven:
                 raise
     if whole is not None and whole.proven:
         return whole
-    by_anchor = solve_by_anchor(problem, anchor, options, budget, start)
+    if not anchor_first:
+        by_anchor = solve_by_anchor(problem, anchor, options, budget, start)
     if whole is None and by_anchor is None:
         return search(problem, options, budget, start)  # what is left, for one model
     if by_anchor is None or (whole is not None and (whole.misses, whole.cost) <= (by_anchor.misses, by_anchor.cost)):
