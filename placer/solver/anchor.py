@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, replace
 
-from placer.solver.anchor_bound import ARC_WORK_S, AssignmentBound, applies
+from placer.solver.anchor_bound import ARC_WORK_S, PRICE_WORK_S, AssignmentBound, applies
 from placer.solver.figures import free_in
 from placer.solver.greedy import GreedyReplica
 from placer.solver.options import CLOCK_NOTE, Budget, Outcome, SolveOptions, Unplaceable
@@ -98,17 +98,17 @@ def solve_by_anchor(
     # (refined): only an assignment whose flow bound beats the best placement is solved exactly.
     flow = AssignmentBound(problem, anchor.domains, anchor.colocation, anchor.pools, link) if applies(problem) else None
     if flow is not None:
-        priced = _priced(problem, anchor, flow, per_domain, budget)
+        priced = _priced(problem, anchor, flow, per_domain, budget, _assignment(problem, anchor, start))
         if priced is None:
             return None
         rest, per_domain = priced
     suffix = _suffix(per_domain, anchor, problem.replicas)
-    heap: list[tuple[Value, int, int, int, Value, tuple[int, ...], int]] = []
+    heap: list[tuple[Value, int, int, int, Value, tuple[int, ...], bool]] = []
     top = suffix[0][problem.replicas]
     if top is None:
         return None
     seq = 0
-    heapq.heappush(heap, (_add(rest, top), seq, 0, problem.replicas, (0, 0), (), 0 if flow else 2))
+    heapq.heappush(heap, (_add(rest, top), seq, 0, problem.replicas, (0, 0), (), flow is None))
     proven = False
     solved = flows = 0
     open_bound: Value | None = None  # the least bound of an assignment popped but not solved to the end
@@ -121,14 +121,14 @@ def solve_by_anchor(
         if budget.out():
             break
         heapq.heappop(heap)
-        if left == 0 and refined < 2:
+        if left == 0 and not refined:
             assert flow is not None
-            got_bound, arcs = flow.of(counts) if refined == 0 else flow.split(counts)
+            got_bound, arcs = flow.split(counts, best.cost)
             budget.spend(ARC_WORK_S * arcs)
             flows += 1
             if got_bound is not None:  # else no flow holds these replicas there, so no placement does
                 seq += 1
-                heapq.heappush(heap, (max(bound, (0, got_bound)), seq, j, left, partial, counts, refined + 1))
+                heapq.heappush(heap, (max(bound, (0, got_bound)), seq, j, left, partial, counts, True))
             continue
         if left == 0:
             solved += 1
@@ -153,7 +153,7 @@ def solve_by_anchor(
                 continue
             seq += 1
             nxt = _add(partial, step)
-            item = (_add(rest, _add(nxt, after)), seq, j + 1, left - k, nxt, (*counts, k), 0 if flow else 2)
+            item = (_add(rest, _add(nxt, after)), seq, j + 1, left - k, nxt, (*counts, k), flow is None)
             heapq.heappush(heap, item)
     if not heap and not proven and open_bound is None:
         proven = True  # every assignment was solved to the end (or none remains that could hold the replicas)
@@ -175,22 +175,47 @@ def solve_by_anchor(
     return replace(best, proven=proven, bound=cost_bound, notes=notes)
 
 
-def _priced(problem: Problem, anchor: Anchor, flow: AssignmentBound, per_domain, budget: Budget):
-    """(rest, per_domain) of the Lagrangian bound; an entry the per-domain bound found impossible stays so."""
-    prices = flow.prices((), problem.replicas)
-    budget.spend(ARC_WORK_S * len(flow.classes) * (problem.replicas + len(anchor.domains)) * 4)
-    if prices is None:
-        return None
-    tables = flow.tables(prices, anchor.cap, problem.replicas)
-    if tables is None:
-        return None
-    const, per = tables
-    priced = [
-        [None if old is None or new is None else (0, new) for old, new in zip(row, per[i], strict=False)]
-        + [None] * (len(row) - len(per[i]))
-        for i, row in enumerate(per_domain)
-    ]
-    return (0, const), priced
+def _assignment(problem: Problem, anchor: Anchor, start: list[GreedyReplica]) -> tuple[int, ...] | None:
+    """How many of the greedy's replicas have their router in each anchor domain (None: one is outside)."""
+    topo = problem.topology
+    counts = [0] * len(anchor.domains)
+    for rep in start:
+        if rep.router is None:
+            return None
+        home = topo.node_domain[rep.router]
+        i = next((i for i, d in enumerate(anchor.domains) if topo.contains(d, home)), None)
+        if i is None:
+            return None
+        counts[i] += 1
+    return tuple(counts)
+
+
+def _priced(problem: Problem, anchor: Anchor, flow: AssignmentBound, per_domain, budget: Budget, at):
+    """(rest, per_domain) of the Lagrangian bound; an entry the per-domain bound found impossible stays so.
+
+    Prices: the LP duals of the greedy's assignment ``at`` or of the relaxation with no replica assigned,
+    whichever gives the higher bound at the root of the walk. Measured on the large spec at 10k DGX (seeds
+    0, 1, 3), the better of the two brought 11-92 assignments up before the proof, the other 383-6,822;
+    with no prices over 20,000 (bench/ANCHOR.md)."""
+    best = None
+    for counts, left in ([(at, 0)] if at is not None else []) + [((), problem.replicas)]:
+        prices = flow.prices(counts, left)
+        budget.spend(PRICE_WORK_S)
+        if prices is None:
+            continue
+        tables = flow.tables(prices, anchor.cap, problem.replicas)
+        if tables is None:
+            return None  # a pool does not fit even with capacity priced: no assignment holds the replicas
+        const, per = tables
+        priced = [
+            [None if old is None or new is None else (0, new) for old, new in zip(row, per[i], strict=False)]
+            + [None] * (len(row) - len(per[i]))
+            for i, row in enumerate(per_domain)
+        ]
+        top = _suffix(priced, anchor, problem.replicas)[0][problem.replicas]
+        if top is not None and (best is None or _add((0, const), top) > best[0]):
+            best = (_add((0, const), top), (0, const), priced)
+    return None if best is None else best[1:]
 
 
 def _add(a: Value, b: Value) -> Value:

@@ -29,14 +29,16 @@ problems keep the per-domain bound alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import product
 from math import lcm
+
+import numpy as np
 
 from placer.solver.problem import Problem
 
-# Work charged per flow arc (deterministic seconds): building the arcs in Python is most of a flow's cost;
-# ~1.5 ms for ~2,000 arcs measured here.
-ARC_WORK_S = 1e-6
+# Work charged per flow arc (deterministic seconds): a flow of ~900 arcs took ~0.2 ms here, building included.
+ARC_WORK_S = 2.5e-7
+# Work charged per set of prices: one LP and its tables (~40 ms measured here).
+PRICE_WORK_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -95,96 +97,152 @@ class AssignmentBound:
                 self.outer[i] = min(above) if above else None
                 self.inner[i] = min(above + below) if above or below else None
         self.n_link = n_link
+        self._offer_memo: dict[tuple, tuple | None] = {}
+        self._class_tails = np.arange(1, 1 + len(self.classes), dtype=np.int32)
+        self._class_heads = np.zeros(len(self.classes), dtype=np.int32)
+        self._class_caps = np.array([cls.count * cls.free for cls in self.classes], dtype=np.int64)
+        self._class_costs = np.zeros(len(self.classes), dtype=np.int64)
         self.fixed = problem.replicas * sum(
             min((c.units for c in coloc.containers), default=0) for coloc in problem.colocations if coloc is not link
         )
 
-    def _arcs(self, counts: tuple[int, ...], left: int, inner: tuple[int, ...] | None = None):
-        """The transportation problem of an assignment: (supplies per group, arcs (group, class, room, cost))
-        or None when some replica has no transfer container. With ``inner``, inner[i] of domain i's replicas
-        keep their linked pools inside it (paying the least container there or above) and the others pay the
-        least container strictly above it, wherever their linked pools go; without, each linked instance
-        pays its share of the one or the other by where it goes."""
+    def _arcs(self, counts: tuple[int, ...], left: int, inner: tuple[int | None, ...] | None = None):
+        """The transportation problem of an assignment: (groups, offers per group) with groups as (pool,
+        domain, replicas, mode, supply) and offers as ``_offers`` gives them, or None when some replica has
+        no transfer container. With ``inner[i]`` set, that many of domain i's replicas keep their linked pools
+        inside it (mode "in": paying the least container there or above) and the others pay the least
+        container strictly above it (mode "out"), wherever their linked pools go; without, each linked
+        instance pays its share of the one or the other by where it goes (mode "mixed")."""
         plans = [self.problem.pools[p] for p in self.pools]
         first = len(counts)  # the undecided replicas' domains: first and after
-        groups = [(i, k) for i, k in enumerate(counts) if k] + ([(-2, left)] if left else [])
-        supplies: list[int] = []
-        arcs: list[tuple[int, int, int, int]] = []
+        decided = [(i, k) for i, k in enumerate(counts) if k] + ([(-2, left)] if left else [])
+        groups: list[tuple[int, int, int, str, int]] = []
+        offers: list[tuple] = []
         for j, plan in enumerate(plans):
             tied = self.anchored[j] or self.linked[j]
-            runs: list[tuple[int, int, str]] = []  # (domain, replicas, mode)
-            for i, k in groups if tied else [(-1, sum(counts) + left)]:
-                if self.linked[j] and inner is not None and i >= 0:
-                    runs += [(i, inner[i], "in"), (i, k - inner[i], "out")]
+            for i, k in decided if tied else [(-1, sum(counts) + left)]:
+                if self.linked[j] and inner is not None and i >= 0 and inner[i] is not None:
+                    runs = [(inner[i], "in"), (k - inner[i], "out")]
                 else:
-                    runs.append((i, k, "mixed"))
-            for i, k, mode in runs:
-                if not k:
-                    continue
-                shares = self._shares(i, first, plan.size) if self.linked[j] else None
-                if self.linked[j] and shares is None:
-                    return None
-                g = len(supplies)
-                supplies.append(k * plan.size * plan.instances)
-                for c, cls in enumerate(self.classes):
-                    if not cls.room[j]:
+                    runs = [(k, "mixed")]
+                for n, mode in runs:
+                    if not n:
                         continue
-                    here = cls.anchor == i if i >= 0 else cls.anchor >= first
-                    if (self.anchored[j] or mode == "in") and not here:
-                        continue
-                    cost = cls.cost[j]
-                    if shares is not None:
-                        if mode == "mixed":
-                            extra = shares[1] if not here else shares[0] if i >= 0 else shares[2][cls.anchor]
-                        else:
-                            extra = shares[0] if mode == "in" else shares[1]
-                        if extra is None:
-                            continue
-                        cost += extra
-                    arcs.append((g, c, cls.count * cls.room[j], cost))
-        return supplies, arcs
+                    got = self._offers(j, i, mode, first)
+                    if got is None:
+                        return None
+                    groups.append((j, i, n, mode, n * plan.size * plan.instances))
+                    offers.append(got)
+        return groups, offers
 
-    def split(self, counts: tuple[int, ...]) -> tuple[int | None, int]:
-        """(the bound, the arcs built) of a full assignment with each replica's transfer decided: the least
-        flow over how many replicas of each domain keep their linked pools inside it. Every placement is one
-        of these cases, so the least is a bound; it is tighter than ``of``, whose shares let a replica pay
-        part of each."""
-        ways = [range(k + 1) for k in counts]
-        best: int | None = None
+    def _offers(self, j: int, i: int, mode: str, first: int):
+        """(classes, rooms, scaled costs per GPU unit, inside domain i?) as arrays, open to pool j of a
+        replica group in domain i (-1: any replica, not tied; -2: undecided, in domain ``first`` or after);
+        None: no transfer container."""
+        key = (j, i, mode, first if i == -2 else 0)
+        if key in self._offer_memo:
+            return self._offer_memo[key]
+        plan = self.problem.pools[self.pools[j]]
+        shares = self._shares(i, first, plan.size) if self.linked[j] else None
+        out = None
+        if not (self.linked[j] and shares is None):
+            rows = []
+            for c, cls in enumerate(self.classes):
+                if not cls.room[j]:
+                    continue
+                here = cls.anchor == i if i >= 0 else cls.anchor >= first
+                if (self.anchored[j] or mode == "in") and not here:
+                    continue
+                cost = cls.cost[j]
+                if shares is not None:
+                    if mode == "mixed":
+                        extra = shares[1] if not here else shares[0] if i >= 0 else shares[2][cls.anchor]
+                    else:
+                        extra = shares[0] if mode == "in" else shares[1]
+                    if extra is None:
+                        continue
+                    cost += extra
+                rows.append((c, cls.count * cls.room[j], cost, here))
+            out = (
+                np.array([r[0] for r in rows], dtype=np.int32),
+                np.array([r[1] for r in rows], dtype=np.int64),
+                np.array([r[2] for r in rows], dtype=np.int64),
+                np.array([r[3] for r in rows], dtype=bool),
+            )
+        self._offer_memo[key] = out
+        return out
+
+    def split(self, counts: tuple[int, ...], threshold: int) -> tuple[int | None, int]:
+        """(a bound, the arcs built) of a full assignment with each replica's transfer decided: the least flow
+        over how many replicas of each domain keep their linked pools inside it, by branch and bound on the
+        domains whose replicas the flow splits. Every placement is one of these cases, so the least is a
+        bound, tighter than ``of``'s, whose shares let a replica pay part of each. A case whose flow reaches
+        ``threshold`` is not split further: the answer is exact below ``threshold`` and at least it above."""
         arcs = 0
-        for inner in product(*ways):
-            got, n = self.of(counts, 0, tuple(inner))
+
+        def least(inner: tuple[int | None, ...]) -> int | None:
+            nonlocal arcs
+            got, n, impure = self.of(counts, 0, inner)
             arcs += n
-            if got is not None and (best is None or got < best):
-                best = got
-        return best, arcs
+            if got is None or got >= threshold or impure is None:
+                return got
+            found = [least(inner[:impure] + (b,) + inner[impure + 1 :]) for b in range(counts[impure] + 1)]
+            known = [f for f in found if f is not None]
+            return min(known) if known else None
+
+        return least((None,) * len(counts)), arcs
 
     def of(
-        self, counts: tuple[int, ...], left: int = 0, inner: tuple[int, ...] | None = None
-    ) -> tuple[int | None, int]:
-        """(the bound on the cost, the arcs built) for ``counts[i]`` replicas anchored in domain i and
-        ``left`` more anchored in some domain after those ``counts`` covers (the partial assignments of the
-        walk); the bound is None when the replicas cannot fit so."""
+        self, counts: tuple[int, ...], left: int = 0, inner: tuple[int | None, ...] | None = None
+    ) -> tuple[int | None, int, int | None]:
+        """(the bound on the cost, the arcs built, a domain whose replicas it splits) for ``counts[i]`` replicas
+        anchored in domain i and ``left`` more anchored in some domain after those ``counts`` covers (the
+        partial assignments of the walk); the bound is None when the replicas cannot fit so.
+
+        When the optimal flow keeps whole replicas' linked pools inside or outside their domain (the same
+        number for every linked pool; no split domain), it is a flow of one of ``split``'s cases too."""
         from ortools.graph.python import min_cost_flow
 
         built = self._arcs(counts, left, inner)
         if built is None:
-            return None, 0
-        supplies, arcs = built
-        flow = min_cost_flow.SimpleMinCostFlow()
+            return None, 0, None
+        groups, offers = built
         n_cls = len(self.classes)
         base = 1 + n_cls  # node 0 is the sink, then the classes, then the groups
-        tails = [1 + c for c in range(n_cls)] + [base + g for g, _c, _r, _k in arcs]
-        heads = [0] * n_cls + [1 + c for _g, c, _r, _k in arcs]
-        caps = [cls.count * cls.free for cls in self.classes] + [r for _g, _c, r, _k in arcs]
-        costs = [0] * n_cls + [k for _g, _c, _r, k in arcs]
-        for g, amount in enumerate(supplies):
-            flow.set_node_supply(base + g, amount)
-        flow.set_node_supply(0, -sum(supplies))
-        flow.add_arcs_with_capacity_and_unit_cost(tails, heads, caps, costs)
+        tails = [self._class_tails] + [np.full(len(o[0]), base + g, dtype=np.int32) for g, o in enumerate(offers)]
+        heads = [self._class_heads] + [o[0] + 1 for o in offers]
+        caps = [self._class_caps] + [o[1] for o in offers]
+        costs = [self._class_costs] + [o[2] for o in offers]
+        flow = min_cost_flow.SimpleMinCostFlow()
+        flow.add_arcs_with_capacity_and_unit_cost(
+            np.concatenate(tails), np.concatenate(heads), np.concatenate(caps), np.concatenate(costs)
+        )
+        supplies = [group[4] for group in groups]
+        nodes = np.arange(base, base + len(groups) + 1, dtype=np.int32)
+        nodes[-1] = 0
+        flow.set_nodes_supplies(nodes, np.array([*supplies, -sum(supplies)], dtype=np.int64))
+        arcs = n_cls + sum(len(o[0]) for o in offers)
         if flow.solve() != flow.OPTIMAL:
-            return None, len(tails)
-        return -(-flow.optimal_cost() // self.scale) + self.fixed, len(tails)
+            return None, arcs, None
+        bound = -(-flow.optimal_cost() // self.scale) + self.fixed
+        return bound, arcs, self._pure(flow, groups, offers, n_cls)
+
+    def _pure(self, flow, groups, offers, n_cls: int) -> int | None:
+        """The first domain one of whose mixed groups of linked pools sent part of a replica inside it, or
+        not the same number of replicas for each linked pool; None if there is none."""
+        whole: dict[int, set[int]] = {}
+        start = n_cls
+        for (j, i, _n, mode, _supply), o in zip(groups, offers, strict=True):
+            if mode == "mixed" and i >= 0 and self.linked[j]:
+                sent = flow.flows(np.arange(start, start + len(o[0]), dtype=np.int32))
+                got = int(sent[o[3]].sum())
+                plan = self.problem.pools[self.pools[j]]
+                per = plan.size * plan.instances
+                if got % per:
+                    return i
+                whole.setdefault(i, set()).add(got // per)
+            start += len(o[0])
+        return next((i for i, v in sorted(whole.items()) if len(v) > 1), None)
 
     def prices(self, counts: tuple[int, ...], left: int = 0) -> list[int] | None:
         """Per class, the price of one GPU unit of its capacity (scaled, >= 0): the LP duals of the class
@@ -195,7 +253,11 @@ class AssignmentBound:
         built = self._arcs(counts, left)
         if built is None:
             return None
-        supplies, arcs = built
+        groups, offers = built
+        supplies = [group[4] for group in groups]
+        arcs = [
+            (g, int(c), int(r), int(k)) for g, o in enumerate(offers) for c, r, k in zip(o[0], o[1], o[2], strict=True)
+        ]
         lp = pywraplp.Solver.CreateSolver("GLOP")
         xs = [lp.NumVar(0, r, "") for _g, _c, r, _k in arcs]
         rows = [lp.Constraint(float(a), float(a)) for a in supplies]
@@ -227,22 +289,54 @@ class AssignmentBound:
         for i in range(len(cap)):
             row: list[int | None] = [0]
             for k in range(1, cap[i] + 1):
-                total: int | None = 0
-                for j, plan in enumerate(plans):
-                    if not (self.anchored[j] or self.linked[j]):
-                        continue
-                    shares = self._shares(i, len(cap), plan.size) if self.linked[j] else None
-                    if self.linked[j] and shares is None:
-                        total = None
-                        break
-                    got = self._fill(j, k * plan.size * plan.instances, prices, self._extra(i, j, shares))
-                    if got is None:
-                        total = None
-                        break
-                    total = (total or 0) + got
+                total = self._entry(i, k, prices, len(cap))
                 row.append(None if total is None else total // self.scale)
             per.append(row)
         return const // self.scale + self.fixed, per
+
+    def _entry(self, i: int, k: int, prices: list[int], n_domains: int) -> int | None:
+        """k replicas anchored in domain i, scaled: their anchored pools inside it, and their linked pools at
+        the better of each split into replicas that keep them inside (paying the least container there or
+        above) and replicas that do not (paying the least strictly above), as ``split`` does."""
+        plans = [self.problem.pools[p] for p in self.pools]
+        total = 0
+        for j, plan in enumerate(plans):
+            if self.anchored[j] and not self.linked[j]:
+                got = self._fill(j, k * plan.size * plan.instances, prices, self._extra(i, j, None))
+                if got is None:
+                    return None
+                total += got
+        linked = [j for j in range(len(plans)) if self.linked[j]]
+        if not linked:
+            return total
+        best: int | None = None
+        for inside in range(k + 1):
+            part: int | None = 0
+            for j in linked:
+                shares = self._shares(i, n_domains, plans[j].size)
+                if shares is None:
+                    return None
+                units = plans[j].size * plans[j].instances
+                a = self._fill(j, inside * units, prices, self._only(i, shares[0], True)) if inside else 0
+                b = self._fill(j, (k - inside) * units, prices, self._only(i, shares[1], False)) if inside < k else 0
+                if a is None or b is None or part is None:
+                    part = None
+                    break
+                part += a + b
+            if part is not None and (best is None or part < best):
+                best = part
+        return None if best is None else total + best
+
+    @staticmethod
+    def _only(i: int, share: int | None, inside: bool):
+        """Classes inside domain i only (``inside``) or any, each GPU unit paying ``share`` (None: none)."""
+
+        def extra(cls: _Class) -> int | None:
+            if share is None or (inside and cls.anchor != i):
+                return None
+            return share
+
+        return extra
 
     def _extra(self, i: int, j: int, shares):
         """The per-unit extra (or None: not allowed) of class ``cls`` for pool j of a replica in domain i."""
