@@ -32,6 +32,7 @@ from placer.solver.search import greedy_outcome, search
 Value = tuple[int, int]  # (preferred-level misses, cost units), compared lexicographically
 FIRST_SHARE = 0.5  # of the work left, at most, for one fixed-anchor model (the first is usually the answer)
 MIN_SHARE_S = 0.3
+EXACT = "exact"  # a full assignment's stage once only a fixed-anchor model can bound it further
 
 
 @dataclass(frozen=True)
@@ -103,32 +104,45 @@ def solve_by_anchor(
             return None
         rest, per_domain = priced
     suffix = _suffix(per_domain, anchor, problem.replicas)
-    heap: list[tuple[Value, int, int, int, Value, tuple[int, ...], bool]] = []
+    # An entry's stage: None while the walk builds it; for a full assignment under the flow bound, the
+    # transfer cases still to split (a tuple, see AssignmentBound.split, evaluated best first like every
+    # other entry); EXACT when only a fixed-anchor model can tell more.
+    heap: list[tuple[Value, int, int, int, Value, tuple[int, ...], object]] = []
     top = suffix[0][problem.replicas]
     if top is None:
         return None
     seq = 0
-    heapq.heappush(heap, (_add(rest, top), seq, 0, problem.replicas, (0, 0), (), flow is None))
+    heapq.heappush(heap, (_add(rest, top), seq, 0, problem.replicas, (0, 0), (), None))
     proven = False
     solved = flows = 0
     open_bound: Value | None = None  # the least bound of an assignment popped but not solved to the end
     notes: list[str] = []
     while heap:
-        bound, _s, j, left, partial, counts, refined = heap[0]
+        bound, _s, j, left, partial, counts, stage = heap[0]
         if (best.misses, best.cost) <= bound:
             proven = True
             break
         if budget.out():
             break
         heapq.heappop(heap)
-        if left == 0 and not refined:
-            assert flow is not None
-            got_bound, arcs = flow.split(counts, best.cost)
+        if left == 0 and stage is None:
+            stage = (None,) * len(counts) if flow is not None else EXACT
+        if left == 0 and stage is not EXACT:
+            assert flow is not None and isinstance(stage, tuple)
+            got_bound, arcs, split = flow.of(counts, 0, stage)
             budget.spend(ARC_WORK_S * arcs)
             flows += 1
-            if got_bound is not None:  # else no flow holds these replicas there, so no placement does
+            if got_bound is None:
+                continue  # no flow holds these replicas there (in this case), so no placement does
+            nxt_bound = max(bound, (0, got_bound))
+            cases = (
+                [EXACT]
+                if split is None
+                else [stage[:split] + (b,) + stage[split + 1 :] for b in range(counts[split] + 1)]
+            )
+            for case in cases:
                 seq += 1
-                heapq.heappush(heap, (max(bound, (0, got_bound)), seq, j, left, partial, counts, True))
+                heapq.heappush(heap, (nxt_bound, seq, j, left, partial, counts, case))
             continue
         if left == 0:
             solved += 1
@@ -153,7 +167,7 @@ def solve_by_anchor(
                 continue
             seq += 1
             nxt = _add(partial, step)
-            item = (_add(rest, _add(nxt, after)), seq, j + 1, left - k, nxt, (*counts, k), flow is None)
+            item = (_add(rest, _add(nxt, after)), seq, j + 1, left - k, nxt, (*counts, k), None)
             heapq.heappush(heap, item)
     if not heap and not proven and open_bound is None:
         proven = True  # every assignment was solved to the end (or none remains that could hold the replicas)

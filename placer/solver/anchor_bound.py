@@ -84,7 +84,9 @@ class AssignmentBound:
                 0 if u is None else (u + plan.size * tele[n]) * (self.scale // plan.size)
                 for u, plan in zip(units, plans, strict=True)
             )
-            key = (owner.get(n, -1), free, room, cost)
+            # No pool mix uses more of a node than the sum of what each pool may take there: nodes that
+            # differ only in GPUs none can use are one class.
+            key = (owner.get(n, -1), min(free, sum(room)), room, cost)
             classes[key] = classes.get(key, 0) + 1
         self.classes = [_Class(a, c, f, r, k) for (a, f, r, k), c in sorted(classes.items())]
         # The KV transfer per anchor domain: the least container inside or above it, and strictly above it.
@@ -131,7 +133,12 @@ class AssignmentBound:
                     got = self._offers(j, i, mode, first)
                     if got is None:
                         return None
-                    groups.append((j, i, n, mode, n * plan.size * plan.instances))
+                    supply = n * plan.size * plan.instances
+                    same = next((g for g, o in enumerate(offers) if o is got and groups[g][3] == "out"), None)
+                    if same is not None:  # replicas paying the same outer container go as one group
+                        groups[same] = (j, -1, groups[same][2] + n, "out", groups[same][4] + supply)
+                        continue
+                    groups.append((j, i, n, mode, supply))
                     offers.append(got)
         return groups, offers
 
@@ -139,7 +146,8 @@ class AssignmentBound:
         """(classes, rooms, scaled costs per GPU unit, inside domain i?) as arrays, open to pool j of a
         replica group in domain i (-1: any replica, not tied; -2: undecided, in domain ``first`` or after);
         None: no transfer container."""
-        key = (j, i, mode, first if i == -2 else 0)
+        # Outside offers depend on the domain only through its outer container's price.
+        key = (j, "out", self.outer[i]) if mode == "out" else (j, i, mode, first if i == -2 else 0)
         if key in self._offer_memo:
             return self._offer_memo[key]
         plan = self.problem.pools[self.pools[j]]
