@@ -36,19 +36,14 @@ def one(spec: str, cluster: str, limit: float) -> dict:
     from placer.check.gate import verify_placement
     from placer.model.errors import InfeasibleError
     from placer.model.load import load_cluster, load_spec
-    from placer.solver.options import Budget, SolveOptions
-    from placer.solver.problem import build_problem
-    from placer.solver.solve import solve
+    from placer.pipeline import SolveOptions, place
     from placer.topology.build import build_topology
 
     spec_m = load_spec(Path(spec))
     topo = build_topology(load_cluster(Path(cluster)))
-    problem = build_problem(spec_m, topo)
-    options = SolveOptions(time_limit_s=limit)
-    budget = Budget.of(options)
     t0 = time.perf_counter()
     try:
-        placement = solve(problem, options, budget)
+        placement = place(spec_m, topo, SolveOptions(time_limit_s=limit))
     except InfeasibleError as exc:
         out = {"status": "infeasible" if exc.proven else "timeout"}
     else:
@@ -56,8 +51,10 @@ def one(spec: str, cluster: str, limit: float) -> dict:
         st = placement.stats
         out = {"status": st.status, "objective": st.objective, "bound": st.bound, "gap": st.gap}
         out["clock"] = any("wall-clock guard" in n for n in st.notes)
-    out["solve_s"] = time.perf_counter() - t0
-    out["work_s"] = limit - budget.work_left
+        out["budget_spent"] = any("budget spent" in n or "time limit hit" in n for n in st.notes)
+        if "work" in st.seconds:  # revisions before bench/ANCHOR.md's do not report it
+            out["work_s"] = st.seconds["work"]
+    out["solve_s"] = time.perf_counter() - t0  # the problem's build included
     usage = resource.getrusage(resource.RUSAGE_SELF)
     out["cpu_s"] = usage.ru_utime + usage.ru_stime
     return out
@@ -109,8 +106,9 @@ def report(rows: list[dict], args: argparse.Namespace, revs: list[str]) -> str:
         "each run's start beside it). Every fixture spec on generated 10,000-GPU clusters (`placer cluster "
         "generate --gpus 10000 --seed S`, 30-60 % busy), one fresh process per solve, the placement checked by "
         "the independent checker. 'work s' is what the solve spent of its work budget (deterministic seconds: "
-        "the same on any machine); 'solve s' its wall seconds, 'CPU s' the whole process's (imports and "
-        "loading included).",
+        "the same on any machine; a revision that does not report it shows it only where it spent the whole "
+        "budget); 'solve s' the wall seconds of building the problem and solving, 'CPU s' the whole "
+        "process's (imports and loading included).",
         "",
         "## Summary",
         "",
@@ -126,12 +124,12 @@ def report(rows: list[dict], args: argparse.Namespace, revs: list[str]) -> str:
         gaps = [100 * r["gap"] for r in rs if r["status"] == "feasible" and r.get("gap") is not None]
         feas = sum(r["status"] == "feasible" for r in rs)
         g = f"{feas} ({statistics.median(gaps):.2f} %, {max(gaps):.2f} %)" if gaps else f"{feas}"
-        ws = [r.get("work_s", 0.0) for r in rs]
+        ws = [w for w in (_work(r, args.time_limit) for r in rs) if w is not None]
         ss = [r.get("solve_s", 0.0) for r in rs]
         cs = [r.get("cpu_s", 0.0) for r in rs]
         out.append(
             f"| {rev} | {style} | {spec} | {opt}/{len(rs) - inf} | {inf} | {g} | "
-            f"{statistics.median(ws):.2f} ({max(ws):.2f}) | {statistics.median(ss):.2f} ({max(ss):.2f}) | "
+            f"{_median_max(ws)} | {statistics.median(ss):.2f} ({max(ss):.2f}) | "
             f"{statistics.median(cs):.2f} |"
         )
     out += [
@@ -146,10 +144,25 @@ def report(rows: list[dict], args: argparse.Namespace, revs: list[str]) -> str:
         obj = "" if r.get("objective") is None else f"{r['objective']:,}"
         out.append(
             f"| {r['rev']} | {r['style']} | {r['seed']} | {r['spec']} | {r['status']} | {obj} | {gap} | "
-            f"{r.get('work_s', 0):.2f} | {r.get('solve_s', 0):.2f} | {r.get('wall', 0):.2f} | "
+            f"{_cell(_work(r, args.time_limit))} | {r.get('solve_s', 0):.2f} | {r.get('wall', 0):.2f} | "
             f"{r.get('cpu_s', 0):.2f} | {r['load']:.2f} |"
         )
     return "\n".join(out) + "\n"
+
+
+def _work(row: dict, limit: float) -> float | None:
+    """Work spent: reported by the solver, or for an older revision known only when it spent the budget."""
+    if "work_s" in row:
+        return row["work_s"]
+    return limit if row.get("budget_spent") else None
+
+
+def _cell(x: float | None) -> str:
+    return "" if x is None else f"{x:.2f}"
+
+
+def _median_max(xs: list[float]) -> str:
+    return "" if not xs else f"{statistics.median(xs):.2f} ({max(xs):.2f})"
 
 
 def main() -> None:
