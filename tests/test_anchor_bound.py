@@ -14,14 +14,15 @@ from placer.model.cluster import ClusterSpec
 from placer.model.errors import InputError
 from placer.model.spec import ServingTopology
 from placer.solver.anchor import (
-    _anchored_bound,
-    _kv_term,
-    _linked,
+    Cheapest,
     _pinned,
-    _rest_bound,
-    _tops,
     anchor_of,
+    anchored_bound,
+    kv_term,
+    linked,
+    rest_bound,
     solve_by_anchor,
+    tops,
 )
 from placer.solver.anchor_bound import AssignmentBound, applies
 from placer.solver.greedy import greedy
@@ -94,7 +95,7 @@ def test_bounds_never_exceed_an_assignments_optimum(case, noise) -> None:
     problem, counts = case
     anchor = anchor_of(problem)
     assert anchor is not None
-    flow = AssignmentBound(problem, anchor.domains, anchor.colocation, anchor.pools, _linked(problem, anchor))
+    flow = AssignmentBound(problem, anchor.domains, anchor.colocation, anchor.pools, linked(problem, anchor))
     try:
         exact = search(_pinned(problem, anchor, counts), SolveOptions(), Budget(60, 120))
     except Unplaceable as exc:
@@ -191,16 +192,13 @@ def test_the_flow_bound_sees_two_pools_wanting_one_cheap_node() -> None:
     )
     anchor = anchor_of(problem)
     assert anchor is not None and applies(problem) and anchor.domains == ("rack/r0", "rack/r1")
-    link = _linked(problem, anchor)
+    link = linked(problem, anchor)
     tele = problem.telemetry_units
     assert tele[1] - tele[0] == 40_000  # queue 4 x weight 100 per GPU, in 0.01 units (same hit rate everywhere)
     flow = AssignmentBound(problem, anchor.domains, anchor.colocation, anchor.pools, link)
     exact = search(_pinned(problem, anchor, (1, 0)), SolveOptions(), Budget(30, 60))
-    old = (
-        _rest_bound(problem, anchor)[1]
-        + _anchored_bound(
-            problem, anchor, 0, 1, _kv_term(problem, anchor, link, "rack/r0", _tops(problem, anchor, link))
-        )[1]
-    )
+    cheap = Cheapest(problem, anchor)
+    kv = kv_term(problem, anchor, cheap, link, "rack/r0", tops(problem, anchor, cheap, link))
+    old = rest_bound(problem, anchor, cheap)[1] + anchored_bound(problem, anchor, cheap, 0, 1, kv)[1]
     assert flow.of((1, 0))[0] == flow.split((1, 0), NO_LIMIT)[0] == exact.cost
     assert exact.cost - old >= 8 * 40_000

@@ -10,40 +10,35 @@ leaf is chosen outside the model, where a per-leaf bound sees that all of them m
 
 Phase 1 bounds, per anchor domain ``d`` and replica count ``k``, what the anchored pools of ``k`` replicas
 cost inside ``d`` (each instance at its cheapest candidate there, with the room each candidate has), and
-once, what the other pools of every replica cost anywhere plus the cheapest KV container. Phase 2 walks the
-assignments (how many replicas each domain hosts) in increasing bound order, A* with an exact suffix
-bound, and solves the model with each replica's anchor fixed (``Problem.pins``), which presolve shrinks to
-a small problem. It stops when the best placement found is no worse than the bound of every assignment not
-yet solved: that placement is optimal. Out of budget, the best placement found is returned, unproven.
+once, what the other pools of every replica cost anywhere plus the cheapest KV container. Where every
+candidate is one whole node (placer.solver.anchor_bound), these give way to a Lagrangian bound that also
+separates by domain but prices each node class's capacity, so that the pools of different replicas no
+longer count the same cheap nodes, and prices each replica's transfer by whether its linked pools stay
+inside ``d``. Phase 2 walks the assignments (how many replicas each domain hosts) in increasing bound
+order, A* with an exact suffix bound. A full assignment comes up again with its min-cost-flow bound (every
+pool of every replica on shared capacity), split by branch and bound on each replica's transfer case, each
+case an entry of the same heap; only one whose flow bound beats the best placement is solved as a model
+with each replica's anchor fixed (``Problem.pins``), which presolve shrinks to a small problem. It stops
+when the best placement found is no worse than the bound of every entry left: that placement is optimal.
+Out of budget, the best placement found is returned, unproven, with the least open bound.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from placer.solver.anchor_bound import ARC_WORK_S, PRICE_WORK_S, AssignmentBound, applies
-from placer.solver.figures import free_in
+from placer.solver.anchor_cheap import Anchor, Cheapest, anchored_bound, kv_term, linked, rest_bound, tops
 from placer.solver.greedy import GreedyReplica
 from placer.solver.options import CLOCK_NOTE, Budget, Outcome, SolveOptions, Unplaceable
-from placer.solver.problem import PoolPlan, Problem
+from placer.solver.problem import Problem
 from placer.solver.search import greedy_outcome, search
 
 Value = tuple[int, int]  # (preferred-level misses, cost units), compared lexicographically
 FIRST_SHARE = 0.5  # of the work left, at most, for one fixed-anchor model (the first is usually the answer)
 MIN_SHARE_S = 0.3
 EXACT = "exact"  # a full assignment's stage once only a fixed-anchor model can bound it further
-
-
-@dataclass(frozen=True)
-class Anchor:
-    """Each replica's ``pools`` and router lie inside one of ``domains`` (disjoint, canonical order); a
-    domain hosts at most ``cap[i]`` replicas (the spread rule's domains inside it)."""
-
-    colocation: str
-    pools: tuple[str, ...]
-    domains: tuple[str, ...]
-    cap: tuple[int, ...]
 
 
 def anchor_of(problem: Problem) -> Anchor | None:
@@ -84,14 +79,15 @@ def solve_by_anchor(
     if len(start) < problem.replicas:
         return None  # how many replicas fit is the first question; the monolithic model answers it
     best: Outcome = greedy_outcome(problem, start)
-    rest = _rest_bound(problem, anchor)
+    cheap = Cheapest(problem, anchor)
+    rest = rest_bound(problem, anchor, cheap)
     if rest is None:
         return None
-    link = _linked(problem, anchor)
-    tops = _tops(problem, anchor, link)
-    kv = [0 if link is None else _kv_term(problem, anchor, link, d, tops) for d in anchor.domains]
+    link = linked(problem, anchor)
+    top_share = tops(problem, anchor, cheap, link)
+    kv = [0 if link is None else kv_term(problem, anchor, cheap, link, d, top_share) for d in anchor.domains]
     per_domain = [
-        [_anchored_bound(problem, anchor, i, k, kv[i]) for k in range(problem.replicas + 1)]
+        [anchored_bound(problem, anchor, cheap, i, k, kv[i]) for k in range(problem.replicas + 1)]
         for i in range(len(anchor.domains))
     ]
     # Where the flow bound applies, the walk is ordered by the Lagrangian bound (capacity priced at the LP
@@ -250,120 +246,6 @@ def _suffix(per_domain: list[list[Value | None]], anchor: Anchor, replicas: int)
                     options.append(_add(step, after))
             suffix[j][r] = min(options) if options else None
     return suffix
-
-
-def _cheapest(problem: Problem, plan: PoolPlan, inside: str | None, count: int) -> Value | None:
-    """``count`` instances of a pool at their cheapest candidates (all-reduce and telemetry), as many per
-    candidate as its free GPUs allow, inside domain ``inside`` (None: anywhere); None if they do not fit."""
-    topo = problem.topology
-    tele = problem.telemetry_units
-    options: list[tuple[int, int, int]] = []
-    for cand in plan.candidates:
-        if inside is not None and not topo.contains(inside, cand.domain):
-            continue
-        dom = topo.domains[cand.domain]
-        usable = [n for n in dom.nodes if n in plan.eligible and topo.nodes[n].free_gpus]
-        if not usable:
-            continue
-        if cand.kind == "unit":
-            room = free_in(topo, dom.nodes[0], dom) // plan.size
-            options.append((int(cand.preferred_miss), cand.units + plan.size * tele[dom.nodes[0]], room))
-        else:
-            options.append((int(cand.preferred_miss), cand.units + plan.size * min(tele[n] for n in usable), count))
-    misses = cost = 0
-    for miss, units, room in sorted(options):
-        take = min(count, room)
-        misses, cost, count = misses + miss * take, cost + units * take, count - take
-        if count == 0:
-            return misses, cost
-    return None if count else (misses, cost)
-
-
-def _anchored_bound(problem: Problem, anchor: Anchor, i: int, k: int, kv: int | None) -> Value | None:
-    """The anchored pools of ``k`` replicas inside domain ``i``, a router node there for each, and each
-    replica's transfer term ``kv`` (None: no transfer container can hold them there)."""
-    if k == 0:
-        return 0, 0
-    if k > anchor.cap[i] or kv is None:
-        return None
-    d = anchor.domains[i]
-    topo = problem.topology
-    if problem.has_router and not any(topo.contains(d, topo.node_domain[n]) for n in problem.router_nodes):
-        return None
-    total: Value = (0, 0)
-    for name in anchor.pools:
-        plan = problem.pools[name]
-        got = _cheapest(problem, plan, d, k * plan.instances)
-        if got is None:
-            return None
-        total = _add(total, got)
-    return _add(total, (0, k * kv))
-
-
-def _linked(problem: Problem, anchor: Anchor):
-    """The one other replica-level rule (the KV transfer) that ties the anchored pools to further pools, if
-    its bound can be taken per anchor domain; None otherwise (then its cheapest container is in the rest)."""
-    others = [c for c in problem.colocations if c.name != anchor.colocation]
-    if len(others) != 1 or not set(anchor.pools) < set(others[0].pools):
-        return None
-    return others[0]
-
-
-def _tops(problem: Problem, anchor: Anchor, link) -> dict[str, int | None]:
-    """Per linked pool, what the dearest replica's share of the rest bound costs (None: they do not fit)."""
-    out: dict[str, int | None] = {}
-    for name in [] if link is None else link.pools:
-        if name in anchor.pools:
-            continue
-        plan = problem.pools[name]
-        whole = _cheapest(problem, plan, None, problem.replicas * plan.instances)
-        fewer = _cheapest(problem, plan, None, (problem.replicas - 1) * plan.instances)
-        out[name] = None if whole is None or fewer is None else whole[1] - fewer[1]
-    return out
-
-
-def _kv_term(problem: Problem, anchor: Anchor, link, d: str, tops: dict[str, int | None]) -> int | None:
-    """One replica's transfer cost with its anchored pools in ``d``, plus what keeping the linked pools in
-    ``d`` costs above their share of the rest bound.
-
-    The transfer container holds the anchored pools, so it lies inside ``d`` (then so do the linked pools:
-    they pay at least their cheapest inside ``d``) or contains ``d`` (the linked pools may go anywhere). The
-    rest bound already counts the linked pools of all replicas at their cheapest together; a replica whose
-    linked pools sit inside ``d`` pays, beyond that, at least ``inside - top``, where ``top`` is what the
-    dearest replica's share of that joint bound costs. So each replica pays at least
-    min(inner container + inside - top, outer container)."""
-    topo = problem.topology
-    inner = [c.units for c in link.containers if topo.contains(d, c.domain)]
-    outer = [c.units for c in link.containers if c.domain != d and topo.contains(c.domain, d)]
-    options = []
-    if outer:
-        options.append(min(outer))
-    if inner:
-        extra: int | None = 0
-        for name, top in tops.items():
-            inside = _cheapest(problem, problem.pools[name], d, problem.pools[name].instances)
-            if inside is None or top is None:
-                extra = None
-                break
-            extra = (extra or 0) + inside[1] - top
-        if extra is not None:
-            options.append(min(inner) + extra)
-    return min(options) if options else None
-
-
-def _rest_bound(problem: Problem, anchor: Anchor) -> Value | None:
-    """Every replica's other pools anywhere, and each replica-level rule at its cheapest container."""
-    total: Value = (0, 0)
-    for name, plan in problem.pools.items():
-        if name in anchor.pools:
-            continue
-        got = _cheapest(problem, plan, None, problem.replicas * plan.instances)
-        if got is None:
-            return None
-        total = _add(total, got)
-    link = _linked(problem, anchor)
-    kv = sum(min((c.units for c in coloc.containers), default=0) for coloc in problem.colocations if coloc is not link)
-    return _add(total, (0, problem.replicas * kv))
 
 
 def _pinned(problem: Problem, anchor: Anchor, counts: tuple[int, ...]) -> Problem:

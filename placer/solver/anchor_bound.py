@@ -100,6 +100,10 @@ class AssignmentBound:
                 self.inner[i] = min(above + below) if above or below else None
         self.n_link = n_link
         self._offer_memo: dict[tuple, tuple | None] = {}
+        self._sorted_memo: dict[int, list[tuple[int, int]]] = {}
+        self._by_anchor: dict[int, list[int]] = {}
+        for c, cls in enumerate(self.classes):
+            self._by_anchor.setdefault(cls.anchor, []).append(c)
         self._class_tails = np.arange(1, 1 + len(self.classes), dtype=np.int32)
         self._class_heads = np.zeros(len(self.classes), dtype=np.int32)
         self._class_caps = np.array([cls.count * cls.free for cls in self.classes], dtype=np.int64)
@@ -286,10 +290,11 @@ class AssignmentBound:
         domain: (a constant, per domain i and k <= cap[i] the bound of k replicas anchored there, None where
         they do not fit). For any assignment, the constant plus its domains' entries is a lower bound."""
         plans = [self.problem.pools[p] for p in self.pools]
+        self._sorted_memo = {}
         const = -sum(p * cls.count * cls.free for p, cls in zip(prices, self.classes, strict=True))
         for j, plan in enumerate(plans):
             if not (self.anchored[j] or self.linked[j]):
-                got = self._fill(j, replicas * plan.size * plan.instances, prices, lambda cls: 0)
+                got = self._fill(j, replicas * plan.size * plan.instances, prices, None, 0)
                 if got is None:
                     return None
                 const += got
@@ -310,7 +315,7 @@ class AssignmentBound:
         total = 0
         for j, plan in enumerate(plans):
             if self.anchored[j] and not self.linked[j]:
-                got = self._fill(j, k * plan.size * plan.instances, prices, self._extra(i, j, None))
+                got = self._fill(j, k * plan.size * plan.instances, prices, i, 0)
                 if got is None:
                     return None
                 total += got
@@ -325,8 +330,8 @@ class AssignmentBound:
                 if shares is None:
                     return None
                 units = plans[j].size * plans[j].instances
-                a = self._fill(j, inside * units, prices, self._only(i, shares[0], True)) if inside else 0
-                b = self._fill(j, (k - inside) * units, prices, self._only(i, shares[1], False)) if inside < k else 0
+                a = self._fill(j, inside * units, prices, i, shares[0])
+                b = self._fill(j, (k - inside) * units, prices, None, shares[1])
                 if a is None or b is None or part is None:
                     part = None
                     break
@@ -335,47 +340,36 @@ class AssignmentBound:
                 best = part
         return None if best is None else total + best
 
-    @staticmethod
-    def _only(i: int, share: int | None, inside: bool):
-        """Classes inside domain i only (``inside``) or any, each GPU unit paying ``share`` (None: none)."""
-
-        def extra(cls: _Class) -> int | None:
-            if share is None or (inside and cls.anchor != i):
-                return None
-            return share
-
-        return extra
-
-    def _extra(self, i: int, j: int, shares):
-        """The per-unit extra (or None: not allowed) of class ``cls`` for pool j of a replica in domain i."""
-
-        def extra(cls: _Class) -> int | None:
-            here = cls.anchor == i
-            if self.anchored[j] and not here:
-                return None
-            if shares is None:
-                return 0
-            return shares[0] if here else shares[1]
-
-        return extra
-
-    def _fill(self, j: int, units: int, prices: list[int], extra) -> int | None:
-        """The cheapest ``units`` GPU units of pool j at priced classes (scaled), None if they do not fit."""
-        offers = []
-        for c, cls in enumerate(self.classes):
-            if not cls.room[j]:
-                continue
-            e = extra(cls)
-            if e is not None:
-                offers.append((cls.cost[j] + prices[c] + e, cls.count * cls.room[j]))
-        total = 0
-        for cost, room in sorted(offers):
+    def _fill(self, j: int, units: int, prices: list[int], inside: int | None, share: int | None) -> int | None:
+        """The cheapest ``units`` GPU units of pool j at priced classes (scaled), each paying ``share`` more,
+        inside anchor domain ``inside`` only (None: anywhere); None if they do not fit (or share is None)."""
+        if not units:
+            return 0
+        if share is None:
+            return None
+        if inside is None:  # one order of every class serves all domains: the share is the same everywhere
+            if j not in self._sorted_memo:  # (tables() empties it for each set of prices)
+                offers = sorted(
+                    (cls.cost[j] + prices[c], cls.count * cls.room[j])
+                    for c, cls in enumerate(self.classes)
+                    if cls.room[j]
+                )
+                self._sorted_memo[j] = offers
+            offers = self._sorted_memo[j]
+        else:
+            offers = sorted(
+                (self.classes[c].cost[j] + prices[c], self.classes[c].count * self.classes[c].room[j])
+                for c in self._by_anchor.get(inside, [])
+                if self.classes[c].room[j]
+            )
+        total = share * units
+        for cost, room in offers:
             take = min(units, room)
             total += take * cost
             units -= take
             if not units:
                 return total
-        return None if units else total
+        return None
 
     def _shares(self, i: int, first: int, size: int):
         """Scaled KV per GPU unit of a linked instance: (inside the anchor domain, outside it, per domain for
