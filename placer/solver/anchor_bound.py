@@ -35,8 +35,9 @@ import numpy as np
 
 from placer.solver.problem import Problem
 
-# Work charged per flow arc (deterministic seconds): a flow of ~900 arcs took ~0.2 ms here, building included.
-ARC_WORK_S = 2.5e-7
+# Work charged per flow arc (deterministic seconds): a flow of ~900 arcs took ~0.25-0.3 ms here, building
+# included (one deterministic second is about 0.8-0.9 wall seconds of CP-SAT on an idle core).
+ARC_WORK_S = 3.5e-7
 # Work charged per set of prices: one LP and its tables (~40 ms measured here).
 PRICE_WORK_S = 0.05
 
