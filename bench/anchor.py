@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".cache"
 STYLES = ("dgx-h100", "gb200-nvl72")
 GPUS = 10_000
+WALL_S = 120.0
 
 
 def one(spec: str, cluster: str, limit: float) -> dict:
@@ -43,7 +44,8 @@ def one(spec: str, cluster: str, limit: float) -> dict:
     topo = build_topology(load_cluster(Path(cluster)))
     t0 = time.perf_counter()
     try:
-        placement = place(spec_m, topo, SolveOptions(time_limit_s=limit))
+        # The wall-clock guard far out: the work budget decides every answer, on a loaded machine too.
+        placement = place(spec_m, topo, SolveOptions(time_limit_s=limit, wall_limit_s=WALL_S))
     except InfeasibleError as exc:
         out = {"status": "infeasible" if exc.proven else "timeout"}
     else:
@@ -103,7 +105,8 @@ def report(rows: list[dict], args: argparse.Namespace, revs: list[str]) -> str:
         "",
         f"`python bench/anchor.py --before {args.before} --after {args.after} --seeds {args.seeds} "
         f"--time-limit {args.time_limit:g}`; {os.cpu_count()} cores, shared with other sessions (load average at "
-        "each run's start beside it). Every fixture spec on generated 10,000-GPU clusters (`placer cluster "
+        f"each run's start beside it; the wall-clock guard at {WALL_S:g} s, so the work budget decides every "
+        "answer). Every fixture spec on generated 10,000-GPU clusters (`placer cluster "
         "generate --gpus 10000 --seed S`, 30-60 % busy), one fresh process per solve, the placement checked by "
         "the independent checker. 'work s' is what the solve spent of its work budget (deterministic seconds: "
         "the same on any machine; a revision that does not report it shows it only where it spent the whole "
