@@ -35,7 +35,7 @@ WALL_S = 120.0
 def one(spec: str, cluster: str, limit: float) -> dict:
     """One solve in this process (placer imported from PYTHONPATH): the JSON line the parent reads."""
     from placer.check.gate import verify_placement
-    from placer.model.errors import InfeasibleError
+    from placer.model.errors import InfeasibleError, InputError
     from placer.model.load import load_cluster, load_spec
     from placer.pipeline import SolveOptions, place
     from placer.topology.build import build_topology
@@ -48,6 +48,8 @@ def one(spec: str, cluster: str, limit: float) -> dict:
         placement = place(spec_m, topo, SolveOptions(time_limit_s=limit, wall_limit_s=WALL_S))
     except InfeasibleError as exc:
         out = {"status": "infeasible" if exc.proven else "timeout"}
+    except InputError as exc:  # e.g. a TP8 pod on 4-GPU GB200 trays: refused before solving
+        out = {"status": "bad input", "error": str(exc)}
     else:
         verify_placement(spec_m, topo, placement)  # raises if the checker rejects it
         st = placement.stats
@@ -115,25 +117,25 @@ def report(rows: list[dict], args: argparse.Namespace, revs: list[str]) -> str:
         "",
         "## Summary",
         "",
-        "| revision | style | spec | proven optimal | infeasible | feasible (gap: median, max) | work s median (max) "
-        "| solve s median (max) | CPU s median |",
-        "|---|---|---|---:|---:|---|---|---|---:|",
+        "| revision | style | spec | proven optimal | proven infeasible | bad input | feasible (gap: median, max) "
+        "| work s median (max) | solve s median (max) | CPU s median |",
+        "|---|---|---|---:|---:|---:|---|---|---|---:|",
     ]
     keys = sorted({(r["rev"], r["style"], r["spec"]) for r in rows}, key=lambda k: (revs.index(k[0]), k[1], k[2]))
     for rev, style, spec in keys:
         rs = [r for r in rows if (r["rev"], r["style"], r["spec"]) == (rev, style, spec)]
         opt = sum(r["status"] == "optimal" for r in rs)
         inf = sum(r["status"] == "infeasible" for r in rs)
+        bad = sum(r["status"] == "bad input" for r in rs)
         gaps = [100 * r["gap"] for r in rs if r["status"] == "feasible" and r.get("gap") is not None]
         feas = sum(r["status"] == "feasible" for r in rs)
         g = f"{feas} ({statistics.median(gaps):.2f} %, {max(gaps):.2f} %)" if gaps else f"{feas}"
         ws = [w for w in (_work(r, args.time_limit) for r in rs) if w is not None]
-        ss = [r.get("solve_s", 0.0) for r in rs]
-        cs = [r.get("cpu_s", 0.0) for r in rs]
+        ss = [r["solve_s"] for r in rs if "solve_s" in r and r["status"] != "bad input"]
+        cs = [r["cpu_s"] for r in rs if "cpu_s" in r]
         out.append(
-            f"| {rev} | {style} | {spec} | {opt}/{len(rs) - inf} | {inf} | {g} | "
-            f"{_median_max(ws)} | {statistics.median(ss):.2f} ({max(ss):.2f}) | "
-            f"{statistics.median(cs):.2f} |"
+            f"| {rev} | {style} | {spec} | {opt}/{len(rs) - inf - bad} | {inf} | {bad} | {g} | "
+            f"{_median_max(ws)} | {_median_max(ss)} | {_cell(statistics.median(cs) if cs else None)} |"
         )
     out += [
         "",
