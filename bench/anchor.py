@@ -112,8 +112,8 @@ def report(rows: list[dict], args: argparse.Namespace, revs: list[str]) -> str:
         "generate --gpus 10000 --seed S`, 30-60 % busy), one fresh process per solve, the placement checked by "
         "the independent checker. 'work s' is what the solve spent of its work budget (deterministic seconds: "
         "the same on any machine; a revision that does not report it shows it only where it spent the whole "
-        "budget); 'solve s' the wall seconds of building the problem and solving, 'CPU s' the whole "
-        "process's (imports and loading included).",
+        "budget: every unproven answer); 'solve s' the wall seconds of building the problem and solving, "
+        "'CPU s' the whole process's (imports and loading included).",
         "",
         "## Summary",
         "",
@@ -159,7 +159,8 @@ def _work(row: dict, limit: float) -> float | None:
     """Work spent: reported by the solver, or for an older revision known only when it spent the budget."""
     if "work_s" in row:
         return row["work_s"]
-    return limit if row.get("budget_spent") else None
+    # Short of a proof, the search stops only when the budget is spent: a feasible answer spent all of it.
+    return limit if row.get("budget_spent") or row.get("status") == "feasible" else None
 
 
 def _cell(x: float | None) -> str:
@@ -182,7 +183,14 @@ def main() -> None:
     ap.add_argument("--styles", default=",".join(STYLES))
     ap.add_argument("--specs", default="all")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "ANCHOR.md")
+    ap.add_argument("--render", action="store_true", help="rewrite --out from its .jsonl rows, solving nothing")
     args = ap.parse_args()
+    rows_path = args.out.with_suffix(".jsonl")
+    if args.render:
+        rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
+        revs = list(dict.fromkeys(r["rev"] for r in rows))
+        args.out.write_text(report(rows, args, revs))
+        return
     specs = (
         sorted(p.stem for p in (ROOT / "fixtures" / "specs").glob("*.yaml"))
         if args.specs == "all"
@@ -200,6 +208,7 @@ def main() -> None:
                     row |= {"rev": sha, "style": style, "seed": seed, "spec": spec}
                     print(json.dumps(row), file=sys.stderr, flush=True)
                     rows.append(row)
+    rows_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     args.out.write_text(report(rows, args, [sha for sha, _ in trees]))
     print(f"wrote {args.out}", file=sys.stderr)
 

@@ -206,7 +206,7 @@ def _priced(problem: Problem, anchor: Anchor, flow: AssignmentBound, per_domain,
     Prices: the LP duals of the greedy's assignment ``at`` or of the relaxation with no replica assigned,
     whichever gives the higher bound at the root of the walk. Measured on the large spec at 10k DGX (seeds
     0, 1, 3), the better of the two brought 11-92 assignments up before the proof, the other 383-6,822;
-    with no prices over 20,000 (bench/ANCHOR.md)."""
+    with no prices over 20,000 (bench/NOTES.md)."""
     best = None
     for counts, left in ([(at, 0)] if at is not None else []) + [((), problem.replicas)]:
         prices = flow.prices(counts, left)

@@ -1,25 +1,30 @@
-"""A tighter bound for one anchor assignment (placer.solver.anchor): every pool of every replica on disjoint
-capacity, as one min-cost flow.
+"""Tighter bounds for the anchor search (placer.solver.anchor): every pool of every replica on shared
+capacity, as one min-cost flow per assignment, and a Lagrangian bound that orders the walk.
 
-Why: the per-(domain, replicas) bound prices the anchored pools inside their domain and the other pools at
-the cheapest GPUs anywhere, each on its own. On the large spec at 10k DGX GPUs the cheapest nodes of a leaf
-are counted twice, once for the decode pool anchored there and once for the prefill of every replica, so
-the bound sat 0.2-0.4 % below each assignment's optimum and the walk had ~200 assignments to solve exactly
-before it could prove anything (bench/ANCHOR.md). Here, per assignment, GPUs flow from each replica's pools
-to node classes: the anchored pools only to the nodes of their replica's domain, the others anywhere, every
-node's free GPUs shared by all of them.
+Why: the per-(domain, replicas) bound (placer.solver.anchor_cheap) prices the anchored pools inside their
+domain and the other pools at the cheapest GPUs anywhere, each on its own. On the large spec at 10k DGX GPUs
+the cheapest nodes of a leaf are counted twice, once for the decode pool anchored there and once for the
+prefill of every replica, and a replica's transfer is priced apart from where its prefill goes: the bound
+sat 0.25-1.7 % under the optimum, and 198 to ~98,000 assignments lay below it (bench/NOTES.md). Here, per
+assignment, GPUs flow from each replica's pools to node classes: the anchored pools only to the nodes of
+their replica's domain, the others anywhere, every node's free GPUs shared by all of them.
 
 What the flow relaxes, so that its optimum is a lower bound on the assignment's (0, cost):
-- an instance is ``size`` GPU units that may split over nodes (each pool takes at most ``size x
+- an instance is ``size`` GPU units that may split over nodes of a class (each pool takes at most ``size x
   floor(free / size)`` of a node, all pools together at most its free GPUs); costs are per GPU, the
   candidate's all-reduce units spread over its GPUs;
-- the KV transfer of a replica is charged per instance of the linked pools: ``min(inner, outer) / n`` for
-  one inside the replica's anchor domain and ``outer / n`` for one outside it (``n`` linked instances per
-  replica). A replica with every linked instance inside pays at least ``min(inner, outer)``; one with any
-  outside needs a container strictly above the domain, so it pays ``outer``, which is at least the
-  per-instance sum;
+- the KV transfer: in a case where a replica keeps its linked pools inside its anchor domain, they may only
+  go there and it pays the least container there or above; otherwise it pays the least container strictly
+  above the domain (its linked pools are outside, so its container is). Every placement is in one case per
+  replica, so the least flow over the cases is a bound (``split``, or case by case in the walk). A case
+  left open ("mixed") charges each linked instance its share of the one or the other by where it goes,
+  which is below both (``of``), and tells which domain's replicas its flow splits;
 - CPU, memory, the router's node and the spread rule are left out; every other replica-level rule is
   charged its cheapest container.
+
+The Lagrangian bound (``prices``, ``tables``) prices each class's capacity (any prices >= 0), which lets the
+groups of the flow fill their cheapest classes each on its own: the bound separates by anchor domain, as
+the walk's suffix bound needs. The prices are the LP duals of one assignment's flow.
 
 It applies only where each candidate is one whole node (no sockets, no spanning or multi-node instance) and
 no candidate misses its preferred level, so that the value is (0, cost) and nothing else is compared; other
