@@ -87,10 +87,10 @@ def _search(problem: Problem, options: SolveOptions, budget: Budget) -> Outcome:
         return search(problem, options, budget)
     # Where the flow bound applies (every candidate one whole node), the anchor search goes first: it proved
     # the large spec on 10 of 10 10k DGX seeds in 0.26-1.94 work seconds, where the one model first (40 % of
-    # the budget) and then the walk proved 2 of 10 in 10 (bench/ANCHOR.md); the one model gets what it leaves. Elsewhere the one
-    # model goes first, where it is small enough to be worth it: on smaller clusters it proves the optimum
-    # outright, and short of a proof the anchor search gets the rest. The answer is the better placement,
-    # with the better of the two bounds.
+    # the budget) and then the walk proved 2 of 10 in 10 (bench/ANCHOR.md); the one model gets what it
+    # leaves. Elsewhere the one model goes first, where it is small enough to be worth it: on smaller
+    # clusters it proves the optimum outright, and short of a proof the anchor search gets the rest. The
+    # answer is the better placement, with the better of the two bounds.
     t0 = time.perf_counter()
     start, work = greedy_counted(problem, budget.greedy_units())  # shared by both searches
     budget.spend_greedy(work)
