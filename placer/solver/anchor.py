@@ -90,9 +90,9 @@ def solve_by_anchor(
         [anchored_bound(problem, anchor, cheap, i, k, kv[i]) for k in range(problem.replicas + 1)]
         for i in range(len(anchor.domains))
     ]
-    # Where the flow bound applies, the walk is ordered by the Lagrangian bound (capacity priced at the LP
-    # duals of the unassigned relaxation), and a full assignment comes up again with its flow bound
-    # (refined): only an assignment whose flow bound beats the best placement is solved exactly.
+    # Where the flow bound applies, the walk is ordered by the Lagrangian bound (capacity priced at LP duals,
+    # see _priced), and a full assignment comes up again with its flow bound, transfer case by case: only
+    # one whose flow bound beats the best placement is solved exactly.
     flow = AssignmentBound(problem, anchor.domains, anchor.colocation, anchor.pools, link) if applies(problem) else None
     if flow is not None:
         priced = _priced(problem, anchor, flow, per_domain, budget, _assignment(problem, anchor, start))
