@@ -10,38 +10,35 @@ leaf is chosen outside the model, where a per-leaf bound sees that all of them m
 
 Phase 1 bounds, per anchor domain ``d`` and replica count ``k``, what the anchored pools of ``k`` replicas
 cost inside ``d`` (each instance at its cheapest candidate there, with the room each candidate has), and
-once, what the other pools of every replica cost anywhere plus the cheapest KV container. Phase 2 walks the
-assignments (how many replicas each domain hosts) in increasing bound order, A* with an exact suffix
-bound, and solves the model with each replica's anchor fixed (``Problem.pins``), which presolve shrinks to
-a small problem. It stops when the best placement found is no worse than the bound of every assignment not
-yet solved: that placement is optimal. Out of budget, the best placement found is returned, unproven.
+once, what the other pools of every replica cost anywhere plus the cheapest KV container. Where every
+candidate is one whole node (placer.solver.anchor_bound), these give way to a Lagrangian bound that also
+separates by domain but prices each node class's capacity, so that the pools of different replicas no
+longer count the same cheap nodes, and prices each replica's transfer by whether its linked pools stay
+inside ``d``. Phase 2 walks the assignments (how many replicas each domain hosts) in increasing bound
+order, A* with an exact suffix bound. A full assignment comes up again with its min-cost-flow bound (every
+pool of every replica on shared capacity), split by branch and bound on each replica's transfer case, each
+case an entry of the same heap; only one whose flow bound beats the best placement is solved as a model
+with each replica's anchor fixed (``Problem.pins``), which presolve shrinks to a small problem. It stops
+when the best placement found is no worse than the bound of every entry left: that placement is optimal.
+Out of budget, the best placement found is returned, unproven, with the least open bound.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from placer.solver.figures import free_in
+from placer.solver.anchor_bound import ARC_WORK_S, PRICE_WORK_S, AssignmentBound, applies
+from placer.solver.anchor_cheap import Anchor, Cheapest, anchored_bound, kv_term, linked, rest_bound, tops
 from placer.solver.greedy import GreedyReplica
 from placer.solver.options import CLOCK_NOTE, Budget, Outcome, SolveOptions, Unplaceable
-from placer.solver.problem import PoolPlan, Problem
+from placer.solver.problem import Problem
 from placer.solver.search import greedy_outcome, search
 
 Value = tuple[int, int]  # (preferred-level misses, cost units), compared lexicographically
 FIRST_SHARE = 0.5  # of the work left, at most, for one fixed-anchor model (the first is usually the answer)
 MIN_SHARE_S = 0.3
-
-
-@dataclass(frozen=True)
-class Anchor:
-    """Each replica's ``pools`` and router lie inside one of ``domains`` (disjoint, canonical order); a
-    domain hosts at most ``cap[i]`` replicas (the spread rule's domains inside it)."""
-
-    colocation: str
-    pools: tuple[str, ...]
-    domains: tuple[str, ...]
-    cap: tuple[int, ...]
+EXACT = "exact"  # a full assignment's stage once only a fixed-anchor model can bound it further
 
 
 def anchor_of(problem: Problem) -> Anchor | None:
@@ -82,35 +79,67 @@ def solve_by_anchor(
     if len(start) < problem.replicas:
         return None  # how many replicas fit is the first question; the monolithic model answers it
     best: Outcome = greedy_outcome(problem, start)
-    rest = _rest_bound(problem, anchor)
+    cheap = Cheapest(problem, anchor)
+    rest = rest_bound(problem, anchor, cheap)
     if rest is None:
         return None
-    link = _linked(problem, anchor)
-    tops = _tops(problem, anchor, link)
-    kv = [0 if link is None else _kv_term(problem, anchor, link, d, tops) for d in anchor.domains]
+    link = linked(problem, anchor)
+    top_share = tops(problem, anchor, cheap, link)
+    kv = [0 if link is None else kv_term(problem, anchor, cheap, link, d, top_share) for d in anchor.domains]
     per_domain = [
-        [_anchored_bound(problem, anchor, i, k, kv[i]) for k in range(problem.replicas + 1)]
+        [anchored_bound(problem, anchor, cheap, i, k, kv[i]) for k in range(problem.replicas + 1)]
         for i in range(len(anchor.domains))
     ]
+    # Where the flow bound applies, the walk is ordered by the Lagrangian bound (capacity priced at LP duals,
+    # see _priced), and a full assignment comes up again with its flow bound, transfer case by case: only
+    # one whose flow bound beats the best placement is solved exactly.
+    flow = AssignmentBound(problem, anchor.domains, anchor.colocation, anchor.pools, link) if applies(problem) else None
+    if flow is not None:
+        priced = _priced(problem, anchor, flow, per_domain, budget, _assignment(problem, anchor, start))
+        if priced is None:
+            return None
+        rest, per_domain = priced
     suffix = _suffix(per_domain, anchor, problem.replicas)
-    heap: list[tuple[Value, int, int, int, Value, tuple[int, ...]]] = []
+    # An entry's stage: None while the walk builds it; for a full assignment under the flow bound, the
+    # transfer cases still to split (a tuple, see AssignmentBound.split, evaluated best first like every
+    # other entry); EXACT when only a fixed-anchor model can tell more.
+    heap: list[tuple[Value, int, int, int, Value, tuple[int, ...], object]] = []
     top = suffix[0][problem.replicas]
     if top is None:
         return None
     seq = 0
-    heapq.heappush(heap, (_add(rest, top), seq, 0, problem.replicas, (0, 0), ()))
+    heapq.heappush(heap, (_add(rest, top), seq, 0, problem.replicas, (0, 0), (), None))
     proven = False
-    solved = 0
+    solved = flows = 0
     open_bound: Value | None = None  # the least bound of an assignment popped but not solved to the end
     notes: list[str] = []
     while heap:
-        bound, _s, j, left, partial, counts = heap[0]
+        bound, _s, j, left, partial, counts, stage = heap[0]
         if (best.misses, best.cost) <= bound:
             proven = True
             break
         if budget.out():
             break
         heapq.heappop(heap)
+        if left == 0 and stage is None:
+            stage = (None,) * len(counts) if flow is not None else EXACT
+        if left == 0 and stage is not EXACT:
+            assert flow is not None and isinstance(stage, tuple)
+            got_bound, arcs, split = flow.of(counts, 0, stage)
+            budget.spend(ARC_WORK_S * arcs)
+            flows += 1
+            if got_bound is None:
+                continue  # no flow holds these replicas there (in this case), so no placement does
+            nxt_bound = max(bound, (0, got_bound))
+            cases = (
+                [EXACT]
+                if split is None
+                else [stage[:split] + (b,) + stage[split + 1 :] for b in range(counts[split] + 1)]
+            )
+            for case in cases:
+                seq += 1
+                heapq.heappush(heap, (nxt_bound, seq, j, left, partial, counts, case))
+            continue
         if left == 0:
             solved += 1
             share = budget.child(max(MIN_SHARE_S, FIRST_SHARE * budget.work_left))
@@ -134,11 +163,15 @@ def solve_by_anchor(
                 continue
             seq += 1
             nxt = _add(partial, step)
-            heapq.heappush(heap, (_add(rest, _add(nxt, after)), seq, j + 1, left - k, nxt, (*counts, k)))
+            item = (_add(rest, _add(nxt, after)), seq, j + 1, left - k, nxt, (*counts, k), None)
+            heapq.heappush(heap, item)
     if not heap and not proven and open_bound is None:
         proven = True  # every assignment was solved to the end (or none remains that could hold the replicas)
     if options.log:
-        options.log(f"[by anchor] {solved} fixed-{anchor.colocation} model(s) over {len(anchor.domains)} domains")
+        options.log(
+            f"[by anchor] {solved} fixed-{anchor.colocation} model(s) and {flows} flow bound(s) over "
+            f"{len(anchor.domains)} domains"
+        )
     if budget.clock_cut:
         notes.append(CLOCK_NOTE)
     if not proven:
@@ -150,6 +183,49 @@ def solve_by_anchor(
     low = min(still_open) if still_open else None
     cost_bound = best.cost if proven else (low[1] if low is not None and low[0] == best.misses else None)
     return replace(best, proven=proven, bound=cost_bound, notes=notes)
+
+
+def _assignment(problem: Problem, anchor: Anchor, start: list[GreedyReplica]) -> tuple[int, ...] | None:
+    """How many of the greedy's replicas have their router in each anchor domain (None: one is outside)."""
+    topo = problem.topology
+    counts = [0] * len(anchor.domains)
+    for rep in start:
+        if rep.router is None:
+            return None
+        home = topo.node_domain[rep.router]
+        i = next((i for i, d in enumerate(anchor.domains) if topo.contains(d, home)), None)
+        if i is None:
+            return None
+        counts[i] += 1
+    return tuple(counts)
+
+
+def _priced(problem: Problem, anchor: Anchor, flow: AssignmentBound, per_domain, budget: Budget, at):
+    """(rest, per_domain) of the Lagrangian bound; an entry the per-domain bound found impossible stays so.
+
+    Prices: the LP duals of the greedy's assignment ``at`` or of the relaxation with no replica assigned,
+    whichever gives the higher bound at the root of the walk. Measured on the large spec at 10k DGX (seeds
+    0, 1, 3), the better of the two brought 11-92 assignments up before the proof, the other 383-6,822;
+    with no prices over 20,000 (bench/NOTES.md)."""
+    best = None
+    for counts, left in ([(at, 0)] if at is not None else []) + [((), problem.replicas)]:
+        prices = flow.prices(counts, left)
+        budget.spend(PRICE_WORK_S)
+        if prices is None:
+            continue
+        tables = flow.tables(prices, anchor.cap, problem.replicas)
+        if tables is None:
+            return None  # a pool does not fit even with capacity priced: no assignment holds the replicas
+        const, per = tables
+        priced = [
+            [None if old is None or new is None else (0, new) for old, new in zip(row, per[i], strict=False)]
+            + [None] * (len(row) - len(per[i]))
+            for i, row in enumerate(per_domain)
+        ]
+        top = _suffix(priced, anchor, problem.replicas)[0][problem.replicas]
+        if top is not None and (best is None or _add((0, const), top) > best[0]):
+            best = (_add((0, const), top), (0, const), priced)
+    return None if best is None else best[1:]
 
 
 def _add(a: Value, b: Value) -> Value:
@@ -170,120 +246,6 @@ def _suffix(per_domain: list[list[Value | None]], anchor: Anchor, replicas: int)
                     options.append(_add(step, after))
             suffix[j][r] = min(options) if options else None
     return suffix
-
-
-def _cheapest(problem: Problem, plan: PoolPlan, inside: str | None, count: int) -> Value | None:
-    """``count`` instances of a pool at their cheapest candidates (all-reduce and telemetry), as many per
-    candidate as its free GPUs allow, inside domain ``inside`` (None: anywhere); None if they do not fit."""
-    topo = problem.topology
-    tele = problem.telemetry_units
-    options: list[tuple[int, int, int]] = []
-    for cand in plan.candidates:
-        if inside is not None and not topo.contains(inside, cand.domain):
-            continue
-        dom = topo.domains[cand.domain]
-        usable = [n for n in dom.nodes if n in plan.eligible and topo.nodes[n].free_gpus]
-        if not usable:
-            continue
-        if cand.kind == "unit":
-            room = free_in(topo, dom.nodes[0], dom) // plan.size
-            options.append((int(cand.preferred_miss), cand.units + plan.size * tele[dom.nodes[0]], room))
-        else:
-            options.append((int(cand.preferred_miss), cand.units + plan.size * min(tele[n] for n in usable), count))
-    misses = cost = 0
-    for miss, units, room in sorted(options):
-        take = min(count, room)
-        misses, cost, count = misses + miss * take, cost + units * take, count - take
-        if count == 0:
-            return misses, cost
-    return None if count else (misses, cost)
-
-
-def _anchored_bound(problem: Problem, anchor: Anchor, i: int, k: int, kv: int | None) -> Value | None:
-    """The anchored pools of ``k`` replicas inside domain ``i``, a router node there for each, and each
-    replica's transfer term ``kv`` (None: no transfer container can hold them there)."""
-    if k == 0:
-        return 0, 0
-    if k > anchor.cap[i] or kv is None:
-        return None
-    d = anchor.domains[i]
-    topo = problem.topology
-    if problem.has_router and not any(topo.contains(d, topo.node_domain[n]) for n in problem.router_nodes):
-        return None
-    total: Value = (0, 0)
-    for name in anchor.pools:
-        plan = problem.pools[name]
-        got = _cheapest(problem, plan, d, k * plan.instances)
-        if got is None:
-            return None
-        total = _add(total, got)
-    return _add(total, (0, k * kv))
-
-
-def _linked(problem: Problem, anchor: Anchor):
-    """The one other replica-level rule (the KV transfer) that ties the anchored pools to further pools, if
-    its bound can be taken per anchor domain; None otherwise (then its cheapest container is in the rest)."""
-    others = [c for c in problem.colocations if c.name != anchor.colocation]
-    if len(others) != 1 or not set(anchor.pools) < set(others[0].pools):
-        return None
-    return others[0]
-
-
-def _tops(problem: Problem, anchor: Anchor, link) -> dict[str, int | None]:
-    """Per linked pool, what the dearest replica's share of the rest bound costs (None: they do not fit)."""
-    out: dict[str, int | None] = {}
-    for name in [] if link is None else link.pools:
-        if name in anchor.pools:
-            continue
-        plan = problem.pools[name]
-        whole = _cheapest(problem, plan, None, problem.replicas * plan.instances)
-        fewer = _cheapest(problem, plan, None, (problem.replicas - 1) * plan.instances)
-        out[name] = None if whole is None or fewer is None else whole[1] - fewer[1]
-    return out
-
-
-def _kv_term(problem: Problem, anchor: Anchor, link, d: str, tops: dict[str, int | None]) -> int | None:
-    """One replica's transfer cost with its anchored pools in ``d``, plus what keeping the linked pools in
-    ``d`` costs above their share of the rest bound.
-
-    The transfer container holds the anchored pools, so it lies inside ``d`` (then so do the linked pools:
-    they pay at least their cheapest inside ``d``) or contains ``d`` (the linked pools may go anywhere). The
-    rest bound already counts the linked pools of all replicas at their cheapest together; a replica whose
-    linked pools sit inside ``d`` pays, beyond that, at least ``inside - top``, where ``top`` is what the
-    dearest replica's share of that joint bound costs. So each replica pays at least
-    min(inner container + inside - top, outer container)."""
-    topo = problem.topology
-    inner = [c.units for c in link.containers if topo.contains(d, c.domain)]
-    outer = [c.units for c in link.containers if c.domain != d and topo.contains(c.domain, d)]
-    options = []
-    if outer:
-        options.append(min(outer))
-    if inner:
-        extra: int | None = 0
-        for name, top in tops.items():
-            inside = _cheapest(problem, problem.pools[name], d, problem.pools[name].instances)
-            if inside is None or top is None:
-                extra = None
-                break
-            extra = (extra or 0) + inside[1] - top
-        if extra is not None:
-            options.append(min(inner) + extra)
-    return min(options) if options else None
-
-
-def _rest_bound(problem: Problem, anchor: Anchor) -> Value | None:
-    """Every replica's other pools anywhere, and each replica-level rule at its cheapest container."""
-    total: Value = (0, 0)
-    for name, plan in problem.pools.items():
-        if name in anchor.pools:
-            continue
-        got = _cheapest(problem, plan, None, problem.replicas * plan.instances)
-        if got is None:
-            return None
-        total = _add(total, got)
-    link = _linked(problem, anchor)
-    kv = sum(min((c.units for c in coloc.containers), default=0) for coloc in problem.colocations if coloc is not link)
-    return _add(total, (0, problem.replicas * kv))
 
 
 def _pinned(problem: Problem, anchor: Anchor, counts: tuple[int, ...]) -> Problem:

@@ -95,6 +95,9 @@ def search(
 
     try:
         best_n = len(start)
+        # A fixed-anchor model (placer.solver.anchor) places every replica or none: no replicas stage.
+        if problem.pins and problem.min_replicas == problem.replicas:
+            best_n = problem.replicas
         if best_n < problem.replicas:
             model.maximize(sum(v.placed))
             solver, status = run("replicas")
@@ -109,7 +112,8 @@ def search(
         for k, lit in enumerate(v.placed):
             model.add(lit == (1 if k < best_n else 0))
         misses = 0
-        if any(p.preferred for p in problem.pools.values()):
+        can_miss = any(c.preferred_miss for p in problem.pools.values() for c in p.candidates)
+        if can_miss or (any(p.preferred for p in problem.pools.values()) and not problem.pins):
             greedy_misses = sum(
                 problem.pools[g.pool].candidates[g.candidate].preferred_miss for r in start for g in r.instances
             )
