@@ -21,7 +21,7 @@ from itertools import groupby
 from placer.model.errors import InfeasibleError, InputError
 from placer.model.placement import Placement, SolveStats
 from placer.model.spec import ServingTopology
-from placer.solver.fleet_bound import fleet_bound
+from placer.solver.fleet_bound import fleet_bound, problem_bound
 from placer.solver.keep import kept_usage
 from placer.solver.options import CLOCK_NOTE, Budget
 from placer.solver.problem import Kept, Problem, build_problem, with_kept
@@ -130,7 +130,7 @@ def solve_fleet(
             share = max(0.1, SEQUENTIAL_SHARE * budget.work_left / (len(order) - looked))
             mine = _own_state(d, state)
             try:
-                placement = solve(_problem(d, mine), replace(options, explain=False), budget.child(share))
+                placement = _place(_problem(d, mine), options, budget.child(share))
             except InfeasibleError as error:
                 tier_failed.append((d, error))
             else:
@@ -150,8 +150,7 @@ def solve_fleet(
                 tier_placed = [p for p in tier_placed if p.deployment.key not in {r.deployment.key for r in repaired}]
                 tier_placed += repaired
                 tier_failed.remove((d, why))
-                state = _state_after(tier_start, tier_placed)
-        state = _state_after(tier_start, tier_placed)
+                state = _state_after(tier_start, tier_placed)  # the repaired group moved
         placed += tier_placed
         failed += [(d, why, state) for d, why in tier_failed]
     unplaced = []
@@ -309,6 +308,55 @@ def _state_after(start: Topology, placed: list[Placed]) -> Topology:
 def _own_state(d: Deployment, state: Topology) -> Topology:
     """The state as ``d`` sees it: its own running pods' GPUs, CPU and memory given back to it."""
     return state if d.kept is None else state.with_released(*kept_usage(d.spec, d.kept, state))
+
+
+def _place(problem: Problem, options: SolveOptions, budget: Budget) -> Placement:
+    """One deployment on the state the earlier ones left: the greedy's placement when it meets the lower
+    bound (then nothing is cheaper, and no model needs building), else the exact solve, or the greedy's
+    placement where the solve, stopped at its share, found a costlier one."""
+    from placer.solver.greedy import greedy_counted
+    from placer.solver.search import _forced_misses, greedy_outcome
+
+    out = None
+    meta = problem.spec.metadata
+    if problem.kept is None and not problem.pins and not problem.unlike_domains:
+        t0 = time.perf_counter()
+        start, work = greedy_counted(problem, budget.greedy_units())
+        budget.spend_greedy(work)
+        n = len(start)
+        if n == problem.replicas and n >= problem.min_replicas:
+            out = greedy_outcome(problem, start)
+            if out.misses > _forced_misses(problem, n):
+                out = None  # another placement may have fewer misses: only the solve can say
+        if out is not None:
+            bound = problem_bound(problem, n)
+            if out.cost <= bound:
+                stats = SolveStats(
+                    "optimal",
+                    objective=out.cost,
+                    bound=bound,
+                    gap=0.0,
+                    solver="greedy",
+                    seconds={"greedy": time.perf_counter() - t0},
+                    notes=["the greedy placement meets the lower bound (every replica placed, fewest misses)"],
+                )
+                return Placement(meta.name, meta.namespace, problem.topology.name, out.replicas, stats)
+    placement = solve(problem, replace(options, explain=False), budget)
+    cost = placement.stats.objective
+    if out is None or cost is None or out.cost >= cost or len(placement.replicas) > len(out.replicas):
+        return placement
+    # Same replicas, fewest misses both (the greedy's are the fewest possible), and the greedy is cheaper.
+    bound = placement.stats.bound
+    stats = SolveStats(
+        "feasible",
+        objective=out.cost,
+        bound=bound,
+        gap=None if bound is None else (out.cost - bound) / max(1, out.cost),
+        solver="greedy",
+        seconds=placement.stats.seconds,
+        notes=["the greedy placement, cheaper than what the solve found within its share"],
+    )
+    return Placement(meta.name, meta.namespace, problem.topology.name, out.replicas, stats)
 
 
 def _fixed_replicas(problem: Problem, n: int) -> Problem:

@@ -8,7 +8,7 @@ from collections import defaultdict
 from placer.model.errors import InfeasibleError
 from placer.model.placement import Placement
 from placer.model.spec import ServingTopology
-from placer.solver.problem import build_problem
+from placer.solver.problem import Problem, build_problem
 from placer.solver.search import _forced_misses
 from placer.topology.graph import Topology
 
@@ -54,7 +54,13 @@ def _bound_terms(spec: ServingTopology, placement: Placement, topology: Topology
             cand = next((c for c in problem.pools[inst.pool].candidates if c.domain == inst.domain), None)
             misses += bool(cand is None or cand.preferred_miss)
     # With the fewest misses possible, every instance of a pool that can meet its preferred level does.
-    fewest = misses <= _forced_misses(problem, n)
+    return problem_terms(problem, n, fewest=misses <= _forced_misses(problem, n))
+
+
+def problem_terms(problem: Problem, n: int, fewest: bool) -> _Terms:
+    """The share of ``n`` replicas of one problem, on the problem's own state; ``fewest``: they have the
+    fewest preferred-level misses possible (so every pool that can meet its preferred level does)."""
+    spec = problem.spec
     structural = 0
     demand: list[tuple[tuple, int, int]] = []  # (group, slot size, GPUs)
     tele: dict[tuple, list[int]] = {}
@@ -68,6 +74,11 @@ def _bound_terms(spec: ServingTopology, placement: Placement, topology: Topology
     for coloc in problem.colocations:
         structural += n * min((c.units for c in coloc.containers), default=0)
     return structural, demand, tele
+
+
+def problem_bound(problem: Problem, n: int) -> int:
+    """A lower bound on the cost of ``n`` replicas of one problem at the fewest misses possible, on its state."""
+    return _combine([problem_terms(problem, n, fewest=True)], problem.topology)
 
 
 def _combine(terms: list[_Terms], topology: Topology) -> int:
