@@ -321,13 +321,19 @@ def _place(problem: Problem, options: SolveOptions, budget: Budget) -> Placement
     meta = problem.spec.metadata
     if problem.kept is None and not problem.pins and not problem.unlike_domains:
         t0 = time.perf_counter()
-        start, work = greedy_counted(problem, budget.greedy_units())
-        budget.spend_greedy(work)
-        n = len(start)
-        if n == problem.replicas and n >= problem.min_replicas:
-            out = greedy_outcome(problem, start)
-            if out.misses > _forced_misses(problem, n):
-                out = None  # another placement may have fewer misses: only the solve can say
+        n = 0
+        # The greedy as the solve runs it, then with replica-level containers tried cheapest-telemetry first.
+        for variant in (problem, _by_telemetry(problem)):
+            start, work = greedy_counted(variant, budget.greedy_units())
+            budget.spend_greedy(work)
+            if len(start) < problem.replicas or len(start) < problem.min_replicas:
+                continue
+            found = greedy_outcome(problem, start)  # container order aside, the variant is the problem
+            n = len(start)
+            if found.misses <= _forced_misses(problem, n) and (out is None or found.cost < out.cost):
+                out = found  # another placement may have fewer misses: only the solve can say
+            if out is not None and out.cost <= problem_bound(problem, n):
+                break
         if out is not None:
             bound = problem_bound(problem, n)
             if out.cost <= bound:
@@ -357,6 +363,29 @@ def _place(problem: Problem, options: SolveOptions, budget: Budget) -> Placement
         notes=["the greedy placement, cheaper than what the solve found within its share"],
     )
     return Placement(meta.name, meta.namespace, problem.topology.name, out.replicas, stats)
+
+
+def _by_telemetry(problem: Problem) -> Problem:
+    """The problem with each replica-level rule's containers ordered by KV units plus the cheapest
+    telemetry one replica's members could find free in them (the greedy tries containers in that order;
+    nothing else reads a container's order there)."""
+    topo, tele = problem.topology, problem.telemetry_units
+    colocs = []
+    for coloc in problem.colocations:
+        plans = [problem.pools[p] for p in coloc.pools]
+        eligible = frozenset().union(*(p.eligible for p in plans))
+        gpus = sum(p.size * p.instances for p in plans)
+
+        def est(c, eligible=eligible, gpus=gpus) -> int:
+            free = [tele[n] for n in topo.domains[c.domain].nodes if n in eligible and topo.nodes[n].free_gpus]
+            return c.units + gpus * min(free, default=0)
+
+        ranked = sorted(coloc.containers, key=lambda c: (est(c), c.order))
+        rank = {c.domain: i for i, c in enumerate(ranked)}
+        colocs.append(
+            replace(coloc, containers=tuple(replace(c, units=c.units, order=rank[c.domain]) for c in coloc.containers))
+        )
+    return replace(problem, colocations=colocs)
 
 
 def _fixed_replicas(problem: Problem, n: int) -> Problem:

@@ -53,6 +53,7 @@ def plan(
     topo: Topology,
     options: SolveOptions,
     cut: float | None = None,
+    scoped: bool = True,
 ) -> PlanResult:
     """Fewest moves such that every pending deployment is placed and, with ``cut``, the running ones'
     total cost drops by at least that fraction.
@@ -66,7 +67,7 @@ def plan(
     t0 = time.perf_counter()
     _check_inputs(running, pending)
     budget = Budget.of(options)
-    tried = scopes(running, pending, topo) if pending and cut is None else []
+    tried = scopes(running, pending, topo) if scoped and pending and cut is None else []
     for scope in tried:
         try:
             result = _plan(running, pending, topo, options, cut, budget, scope)
