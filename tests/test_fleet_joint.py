@@ -28,7 +28,8 @@ from placer.model.spec import ServingTopology
 from placer.pipeline import run_plan, verify_fleet
 from placer.solver import candidates, plan_scope
 from placer.solver.figures import free_in
-from placer.solver.fleet import Deployment, _place, solve_fleet
+from placer.solver.fleet import Deployment, solve_fleet
+from placer.solver.fleet_one import place_one
 from placer.solver.options import Budget
 from placer.solver.problem import build_problem
 from placer.solver.solve import SolveOptions, solve
@@ -107,7 +108,7 @@ def test_a_placement_certified_by_the_bound_costs_the_proven_optimum(cluster_d, 
     topo = build_topology(ClusterSpec.model_validate(cluster_d))
     try:
         problem = build_problem(ServingTopology.model_validate(spec_d), topo)
-        placed = _place(problem, OPTS, Budget.of(OPTS))
+        placed = place_one(problem, OPTS, Budget.of(OPTS))
     except InfeasibleError:
         return
     verify_fleet(topo, [(problem.spec, placed)])

@@ -21,11 +21,12 @@ from itertools import groupby
 from placer.model.errors import InfeasibleError, InputError
 from placer.model.placement import Placement, SolveStats
 from placer.model.spec import ServingTopology
-from placer.solver.fleet_bound import fleet_bound, problem_bound
+from placer.solver.fleet_bound import fleet_bound
+from placer.solver.fleet_one import Refused, place_one
 from placer.solver.keep import kept_usage
 from placer.solver.options import CLOCK_NOTE, Budget
 from placer.solver.problem import Kept, Problem, build_problem, with_kept
-from placer.solver.solve import SolveOptions, solve
+from placer.solver.solve import SolveOptions
 from placer.topology.graph import Topology
 from placer.topology.usage import merge_usage, usage
 
@@ -121,6 +122,7 @@ def solve_fleet(
     failed: list[tuple[Deployment, InfeasibleError, Topology]] = []
     notes: list[str] = []
     looked = 0
+    refused = Refused()
     for _priority, group in groupby(order, key=lambda d: d.priority):
         tier, tier_start = list(group), state
         tier_placed: list[Placed] = []
@@ -130,9 +132,13 @@ def solve_fleet(
             share = max(0.1, SEQUENTIAL_SHARE * budget.work_left / (len(order) - looked))
             mine = _own_state(d, state)
             try:
-                placement = _place(_problem(d, mine), options, budget.child(share))
+                if refused.covers(d, repaired=False):  # a smaller one of its shape did not fit on more room
+                    raise InfeasibleError("no placement satisfies every hard constraint", proven=True)
+                placement = place_one(_problem(d, mine), options, budget.child(share))
             except InfeasibleError as error:
                 tier_failed.append((d, error))
+                if error.proven:
+                    refused.add(d)
             else:
                 tier_placed.append(Placed(d, placement, mine))
                 state = mine.with_usage(*usage(d.spec, mine, placement))
@@ -141,10 +147,13 @@ def solve_fleet(
                 progress(f"  {looked}/{len(order)} deployments looked at, {len(placed) + len(tier_placed)} placed")
         for d, why in list(tier_failed):
             seconds = min(REPAIR_S, budget.work_left / 2)
-            if seconds < MIN_REPAIR_S or not why.proven:
+            if seconds < MIN_REPAIR_S or not why.proven or refused.covers(d, repaired=True):
                 continue
             repaired = _repair(d, tier_placed, tier_start, state, options, budget.child(seconds))
-            if repaired is not None:
+            if repaired is None:
+                refused.add(d, repaired=True)
+            else:
+                refused.clear()  # the tier was re-arranged: room is no longer only shrinking
                 moved = len(repaired) - 1
                 notes.append(f"{d.key}: placed by re-arranging {moved} deployment(s) of its priority with it")
                 tier_placed = [p for p in tier_placed if p.deployment.key not in {r.deployment.key for r in repaired}]
@@ -308,84 +317,6 @@ def _state_after(start: Topology, placed: list[Placed]) -> Topology:
 def _own_state(d: Deployment, state: Topology) -> Topology:
     """The state as ``d`` sees it: its own running pods' GPUs, CPU and memory given back to it."""
     return state if d.kept is None else state.with_released(*kept_usage(d.spec, d.kept, state))
-
-
-def _place(problem: Problem, options: SolveOptions, budget: Budget) -> Placement:
-    """One deployment on the state the earlier ones left: the greedy's placement when it meets the lower
-    bound (then nothing is cheaper, and no model needs building), else the exact solve, or the greedy's
-    placement where the solve, stopped at its share, found a costlier one."""
-    from placer.solver.greedy import greedy_counted
-    from placer.solver.search import _forced_misses, greedy_outcome
-
-    out = None
-    meta = problem.spec.metadata
-    if problem.kept is None and not problem.pins and not problem.unlike_domains:
-        t0 = time.perf_counter()
-        n = 0
-        # The greedy as the solve runs it, then with replica-level containers tried cheapest-telemetry first.
-        for variant in (problem, _by_telemetry(problem)):
-            start, work = greedy_counted(variant, budget.greedy_units())
-            budget.spend_greedy(work)
-            if len(start) < problem.replicas or len(start) < problem.min_replicas:
-                continue
-            found = greedy_outcome(problem, start)  # container order aside, the variant is the problem
-            n = len(start)
-            if found.misses <= _forced_misses(problem, n) and (out is None or found.cost < out.cost):
-                out = found  # another placement may have fewer misses: only the solve can say
-            if out is not None and out.cost <= problem_bound(problem, n):
-                break
-        if out is not None:
-            bound = problem_bound(problem, n)
-            if out.cost <= bound:
-                stats = SolveStats(
-                    "optimal",
-                    objective=out.cost,
-                    bound=bound,
-                    gap=0.0,
-                    solver="greedy",
-                    seconds={"greedy": time.perf_counter() - t0},
-                    notes=["the greedy placement meets the lower bound (every replica placed, fewest misses)"],
-                )
-                return Placement(meta.name, meta.namespace, problem.topology.name, out.replicas, stats)
-    placement = solve(problem, replace(options, explain=False), budget)
-    cost = placement.stats.objective
-    if out is None or cost is None or out.cost >= cost or len(placement.replicas) > len(out.replicas):
-        return placement
-    # Same replicas, fewest misses both (the greedy's are the fewest possible), and the greedy is cheaper.
-    bound = placement.stats.bound
-    stats = SolveStats(
-        "feasible",
-        objective=out.cost,
-        bound=bound,
-        gap=None if bound is None else (out.cost - bound) / max(1, out.cost),
-        solver="greedy",
-        seconds=placement.stats.seconds,
-        notes=["the greedy placement, cheaper than what the solve found within its share"],
-    )
-    return Placement(meta.name, meta.namespace, problem.topology.name, out.replicas, stats)
-
-
-def _by_telemetry(problem: Problem) -> Problem:
-    """The problem with each replica-level rule's containers ordered by KV units plus the cheapest
-    telemetry one replica's members could find free in them (the greedy tries containers in that order;
-    nothing else reads a container's order there)."""
-    topo, tele = problem.topology, problem.telemetry_units
-    colocs = []
-    for coloc in problem.colocations:
-        plans = [problem.pools[p] for p in coloc.pools]
-        eligible = frozenset().union(*(p.eligible for p in plans))
-        gpus = sum(p.size * p.instances for p in plans)
-
-        def est(c, eligible=eligible, gpus=gpus) -> int:
-            free = [tele[n] for n in topo.domains[c.domain].nodes if n in eligible and topo.nodes[n].free_gpus]
-            return c.units + gpus * min(free, default=0)
-
-        ranked = sorted(coloc.containers, key=lambda c: (est(c), c.order))
-        rank = {c.domain: i for i, c in enumerate(ranked)}
-        colocs.append(
-            replace(coloc, containers=tuple(replace(c, units=c.units, order=rank[c.domain]) for c in coloc.containers))
-        )
-    return replace(problem, colocations=colocs)
 
 
 def _fixed_replicas(problem: Problem, n: int) -> Problem:

@@ -106,6 +106,42 @@ def _slot(plan) -> int:
 def _telemetry_bound(
     topology: Topology, eligible: frozenset[int], tele: list[int], slots: list[tuple[int, int]]
 ) -> int:
+    """The better of two relaxations of the GPUs these pools draw: whole slots per node (_slot_flow) and
+    GPUs from any node with a slot free (_nested_bound)."""
+    return max(_slot_flow(topology, eligible, tele, slots), _nested_bound(topology, eligible, tele, slots))
+
+
+def _slot_flow(topology: Topology, eligible: frozenset[int], tele: list[int], slots: list[tuple[int, int]]) -> int:
+    """Least telemetry when instances with a slot of s take whole multiples of s on a node (an instance
+    on one node takes all of its s GPUs there), all of them together at most what the node has free: a
+    transportation problem (slot sizes -> nodes -> used), solved exactly as a min-cost flow. Its optimum
+    is a lower bound because every real placement is such a flow. 0 when it has none (cannot happen for
+    placed replicas; the other relaxation then decides)."""
+    from ortools.graph.python import min_cost_flow
+
+    need: dict[int, int] = defaultdict(int)
+    for slot, gpus in slots:
+        need[slot] += gpus
+    if set(need) <= {1}:
+        return 0  # no rounding: the nested bound is this flow's optimum
+    nodes = sorted(n for n in eligible if topology.nodes[n].free_gpus)
+    sizes = sorted(need)
+    flow = min_cost_flow.SimpleMinCostFlow()
+    sink = len(sizes) + len(nodes)
+    for j, n in enumerate(nodes):
+        free = len(topology.nodes[n].free_gpus)
+        for i, slot in enumerate(sizes):
+            whole = free // slot * slot
+            if whole:
+                flow.add_arc_with_capacity_and_unit_cost(i, len(sizes) + j, whole, 0)
+        flow.add_arc_with_capacity_and_unit_cost(len(sizes) + j, sink, free, tele[n])
+    for i, slot in enumerate(sizes):
+        flow.set_node_supply(i, need[slot])
+    flow.set_node_supply(sink, -sum(need.values()))
+    return flow.optimal_cost() if flow.solve() == flow.OPTIMAL else 0
+
+
+def _nested_bound(topology: Topology, eligible: frozenset[int], tele: list[int], slots: list[tuple[int, int]]) -> int:
     """Least telemetry for GPUs drawn by these pools, each from nodes with at least its slot free.
 
     A relaxation of the real assignment (GPUs may be split across nodes fractionally; groups with other
