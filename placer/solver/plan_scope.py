@@ -23,6 +23,7 @@ from placer.topology.usage import usage
 
 MIN_RUNNING = 10  # with fewer running deployments the whole model is small: no scope
 GROWTH = (1, 4, 16)  # homes per pending replica in each scope
+NEVER = 1 << 30  # deployments to move in a home that no moves can free
 
 
 def scopes(running: list[Running], pending: list[tuple[ServingTopology, str]], topo: Topology) -> list[frozenset[str]]:
@@ -49,7 +50,8 @@ def scopes(running: list[Running], pending: list[tuple[ServingTopology, str]], t
     for grow in GROWTH:
         keys: set[str] = set()
         for homes, replicas in ranked:
-            for _score, holders in sorted(homes, key=lambda h: h[0])[: grow * replicas]:
+            possible = [h for h in sorted(homes, key=lambda h: h[0]) if h[0][0] < NEVER]
+            for _score, holders in possible[: grow * replicas]:
                 keys.update(holders)
         scope = frozenset(keys)
         if len(scope) >= len(known):
@@ -103,7 +105,7 @@ def _rank(
         for n, gpus in holders[key]:
             free[n] += gpus
         count, moved = count + 1, moved + sum(g for _n, g in holders[key])
-    if room() < need:
-        count = len(holders) + 1  # moving these alone does not make room
+    if room() < need:  # moving every deployment here does not make room: the last home to try
+        return (NEVER, moved, free_all.order[home]), []
     everyone = sorted(holders) if count else []
     return (count, moved, free_all.order[home]), everyone
