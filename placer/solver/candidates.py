@@ -17,6 +17,7 @@ import weakref
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from placer.model.levels import LEVEL_RANK
 from placer.model.spec import Pool, ServingTopology
@@ -52,7 +53,7 @@ class Container:
     units: int
 
 
-def static(topo: Topology, key: tuple, make: Callable[[], list]) -> list:
+def static(topo: Topology, key: tuple, make: Callable[[], Any]) -> Any:
     """``make()`` once per link graph and key."""
     per_graph = _STATIC.setdefault(topo.graph, {})
     found = per_graph.get(key)

@@ -49,8 +49,8 @@ def scopes(running: list[Running], pending: list[tuple[ServingTopology, str]], t
     out: list[frozenset[str]] = []
     for grow in GROWTH:
         keys: set[str] = set()
-        for homes, replicas in ranked:
-            possible = [h for h in sorted(homes, key=lambda h: h[0]) if h[0][0] < NEVER]
+        for scored, replicas in ranked:
+            possible = [h for h in sorted(scored, key=lambda h: h[0]) if h[0][0] < NEVER]
             for _score, holders in possible[: grow * replicas]:
                 keys.update(holders)
         scope = frozenset(keys)
