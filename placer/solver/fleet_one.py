@@ -32,8 +32,8 @@ def place_one(problem: Problem, options: SolveOptions, budget: Budget) -> Placem
         t0 = time.perf_counter()
         bound = None
         # The greedy as the solve runs it, then with replica-level containers tried cheapest-telemetry first.
-        for variant in (problem, _by_telemetry(problem)):
-            start, work = greedy_counted(variant, budget.greedy_units())
+        for second in (False, True):
+            start, work = greedy_counted(_by_telemetry(problem) if second else problem, budget.greedy_units())
             budget.spend_greedy(work)
             if len(start) < n:
                 continue
