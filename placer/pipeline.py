@@ -35,6 +35,7 @@ __all__ = [
     "place",
     "run_autoscale",
     "run_fleet",
+    "run_plan",
     "run_solve",
     "scaled_spec",
     "shape_of",
@@ -256,6 +257,14 @@ def run_fleet(
                 d.spec, base, p.placement, report, target or DEFAULT_TARGET, nccl, target_version
             )
     return FleetSolveResult(result, base, reports, manifests, notes)
+
+
+def run_plan(running, pending, topo: Topology, options: SolveOptions, cut: float | None = None, scoped: bool = True):
+    """``placer plan`` on loaded inputs: a placer.solver.plan.PlanResult. ``scoped=False`` puts every running
+    deployment in the model from the start (what the benchmark compares the scoped model with)."""
+    from placer.solver.plan import plan
+
+    return plan(running, pending, topo, options, cut, scoped=scoped)
 
 
 def _check_buildable(d, topo: Topology) -> None:

@@ -4,6 +4,7 @@ keeps every hard rule, every placement it measures passes the checker, and the f
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import sys
 from pathlib import Path
@@ -76,3 +77,15 @@ def test_fleet_benchmark_smoke(tmp_path):
     assert row.placed + row.left_out == row.given == 20
     assert row.checked == row.cost and row.bound is not None and row.bound <= row.cost
     assert sum(placed for placed, _ in row.by_tier.values()) == row.placed
+    assert row.solve_cpu_s > 0 and row.deterministic
+
+
+def test_plan_benchmark_smoke(tmp_path):
+    """bench/plan.py's own path on a small batch: the scoped plan finds moves for the pending deployment."""
+    spec = importlib.util.spec_from_file_location("bench_plan", ROOT / "bench" / "plan.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["bench_plan"] = bench
+    spec.loader.exec_module(bench)
+    (row,) = bench.one_seed(0, 2048, 30, 20.0, tmp_path, full=False)
+    assert row.error == "" and row.moves is not None and row.deterministic == "yes"
+    assert "| 0 | near |" in bench.report([row], argparse.Namespace(time_limit=20.0), "python bench/plan.py")

@@ -3,6 +3,8 @@ and for a batch, where each placement is checked with every other one's GPUs, CP
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from placer.check.verify import Report, check
 from placer.model.errors import VerificationError
 from placer.model.placement import Placement
@@ -64,6 +66,24 @@ def _claim_once(placed: list[tuple[ServingTopology, Placement]]) -> None:
 
 
 def _others_taken(topo: Topology, placed: list[tuple[ServingTopology, Placement]]) -> list[Topology]:
-    """Per placement, the cluster with every other placement's GPUs, CPU and memory taken."""
+    """Per placement, the cluster with every other placement's GPUs, CPU and memory taken. Built from the
+    cluster with everything taken, with only the placement's own nodes redone from ``topo`` (linear in the
+    batch); a GPU busy in ``topo`` stays busy, and one claimed twice stays taken for each claimant."""
     taken = [usage(spec, topo, pl) for spec, pl in placed]
-    return [topo.with_usage(*merge_usage([t for j, t in enumerate(taken) if j != i])) for i in range(len(placed))]
+    gpus, cpu, mem = merge_usage(taken)
+    everything = topo.with_usage(gpus, cpu, mem)
+    out = []
+    for own_gpus, own_cpu, own_mem in taken:
+        nodes = list(everything.nodes)
+        for n in set(own_gpus) | set(own_cpu) | set(own_mem):
+            others = list(gpus.get(n, ()))
+            for g in own_gpus.get(n, ()):
+                others.remove(g)  # one claim each: a GPU two placements claim stays taken by the other
+            nodes[n] = replace(
+                topo.nodes[n],
+                busy=topo.nodes[n].busy | frozenset(others),
+                cpu_free_m=topo.nodes[n].cpu_free_m - (cpu.get(n, 0) - own_cpu.get(n, 0)),
+                memory_free_bytes=topo.nodes[n].memory_free_bytes - (mem.get(n, 0) - own_mem.get(n, 0)),
+            )
+        out.append(replace(everything, nodes=nodes))
+    return out

@@ -22,10 +22,11 @@ from placer.model.errors import InfeasibleError, InputError
 from placer.model.placement import Placement, SolveStats
 from placer.model.spec import ServingTopology
 from placer.solver.fleet_bound import fleet_bound
+from placer.solver.fleet_one import Refused, place_one
 from placer.solver.keep import kept_usage
 from placer.solver.options import CLOCK_NOTE, Budget
 from placer.solver.problem import Kept, Problem, build_problem, with_kept
-from placer.solver.solve import SolveOptions, solve
+from placer.solver.solve import SolveOptions
 from placer.topology.graph import Topology
 from placer.topology.usage import merge_usage, usage
 
@@ -121,6 +122,7 @@ def solve_fleet(
     failed: list[tuple[Deployment, InfeasibleError, Topology]] = []
     notes: list[str] = []
     looked = 0
+    refused = Refused()
     for _priority, group in groupby(order, key=lambda d: d.priority):
         tier, tier_start = list(group), state
         tier_placed: list[Placed] = []
@@ -130,9 +132,13 @@ def solve_fleet(
             share = max(0.1, SEQUENTIAL_SHARE * budget.work_left / (len(order) - looked))
             mine = _own_state(d, state)
             try:
-                placement = solve(_problem(d, mine), replace(options, explain=False), budget.child(share))
+                if refused.covers(d, repaired=False):  # a smaller one of its shape did not fit on more room
+                    raise InfeasibleError("no placement satisfies every hard constraint", proven=True)
+                placement = place_one(_problem(d, mine), options, budget.child(share))
             except InfeasibleError as error:
                 tier_failed.append((d, error))
+                if error.proven:
+                    refused.add(d)
             else:
                 tier_placed.append(Placed(d, placement, mine))
                 state = mine.with_usage(*usage(d.spec, mine, placement))
@@ -141,17 +147,19 @@ def solve_fleet(
                 progress(f"  {looked}/{len(order)} deployments looked at, {len(placed) + len(tier_placed)} placed")
         for d, why in list(tier_failed):
             seconds = min(REPAIR_S, budget.work_left / 2)
-            if seconds < MIN_REPAIR_S or not why.proven:
+            if seconds < MIN_REPAIR_S or not why.proven or refused.covers(d, repaired=True):
                 continue
             repaired = _repair(d, tier_placed, tier_start, state, options, budget.child(seconds))
-            if repaired is not None:
+            if repaired is None:
+                refused.add(d, repaired=True)
+            else:
+                refused.clear()  # the tier was re-arranged: room is no longer only shrinking
                 moved = len(repaired) - 1
                 notes.append(f"{d.key}: placed by re-arranging {moved} deployment(s) of its priority with it")
                 tier_placed = [p for p in tier_placed if p.deployment.key not in {r.deployment.key for r in repaired}]
                 tier_placed += repaired
                 tier_failed.remove((d, why))
-                state = _state_after(tier_start, tier_placed)
-        state = _state_after(tier_start, tier_placed)
+                state = _state_after(tier_start, tier_placed)  # the repaired group moved
         placed += tier_placed
         failed += [(d, why, state) for d, why in tier_failed]
     unplaced = []

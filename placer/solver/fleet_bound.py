@@ -8,7 +8,7 @@ from collections import defaultdict
 from placer.model.errors import InfeasibleError
 from placer.model.placement import Placement
 from placer.model.spec import ServingTopology
-from placer.solver.problem import build_problem
+from placer.solver.problem import Problem, build_problem
 from placer.solver.search import _forced_misses
 from placer.topology.graph import Topology
 
@@ -54,7 +54,13 @@ def _bound_terms(spec: ServingTopology, placement: Placement, topology: Topology
             cand = next((c for c in problem.pools[inst.pool].candidates if c.domain == inst.domain), None)
             misses += bool(cand is None or cand.preferred_miss)
     # With the fewest misses possible, every instance of a pool that can meet its preferred level does.
-    fewest = misses <= _forced_misses(problem, n)
+    return problem_terms(problem, n, fewest=misses <= _forced_misses(problem, n))
+
+
+def problem_terms(problem: Problem, n: int, fewest: bool) -> _Terms:
+    """The share of ``n`` replicas of one problem, on the problem's own state; ``fewest``: they have the
+    fewest preferred-level misses possible (so every pool that can meet its preferred level does)."""
+    spec = problem.spec
     structural = 0
     demand: list[tuple[tuple, int, int]] = []  # (group, slot size, GPUs)
     tele: dict[tuple, list[int]] = {}
@@ -68,6 +74,11 @@ def _bound_terms(spec: ServingTopology, placement: Placement, topology: Topology
     for coloc in problem.colocations:
         structural += n * min((c.units for c in coloc.containers), default=0)
     return structural, demand, tele
+
+
+def problem_bound(problem: Problem, n: int) -> int:
+    """A lower bound on the cost of ``n`` replicas of one problem at the fewest misses possible, on its state."""
+    return _combine([problem_terms(problem, n, fewest=True)], problem.topology)
 
 
 def _combine(terms: list[_Terms], topology: Topology) -> int:
@@ -95,6 +106,42 @@ def _slot(plan) -> int:
 def _telemetry_bound(
     topology: Topology, eligible: frozenset[int], tele: list[int], slots: list[tuple[int, int]]
 ) -> int:
+    """The better of two relaxations of the GPUs these pools draw: whole slots per node (_slot_flow) and
+    GPUs from any node with a slot free (_nested_bound)."""
+    return max(_slot_flow(topology, eligible, tele, slots), _nested_bound(topology, eligible, tele, slots))
+
+
+def _slot_flow(topology: Topology, eligible: frozenset[int], tele: list[int], slots: list[tuple[int, int]]) -> int:
+    """Least telemetry when instances with a slot of s take whole multiples of s on a node (an instance
+    on one node takes all of its s GPUs there), all of them together at most what the node has free: a
+    transportation problem (slot sizes -> nodes -> used), solved exactly as a min-cost flow. Its optimum
+    is a lower bound because every real placement is such a flow. 0 when it has none (cannot happen for
+    placed replicas; the other relaxation then decides)."""
+    from ortools.graph.python import min_cost_flow
+
+    need: dict[int, int] = defaultdict(int)
+    for slot, gpus in slots:
+        need[slot] += gpus
+    if set(need) <= {1}:
+        return 0  # no rounding: the nested bound is this flow's optimum
+    nodes = sorted(n for n in eligible if topology.nodes[n].free_gpus)
+    sizes = sorted(need)
+    flow = min_cost_flow.SimpleMinCostFlow()
+    sink = len(sizes) + len(nodes)
+    for j, n in enumerate(nodes):
+        free = len(topology.nodes[n].free_gpus)
+        for i, slot in enumerate(sizes):
+            whole = free // slot * slot
+            if whole:
+                flow.add_arc_with_capacity_and_unit_cost(i, len(sizes) + j, whole, 0)
+        flow.add_arc_with_capacity_and_unit_cost(len(sizes) + j, sink, free, tele[n])
+    for i, slot in enumerate(sizes):
+        flow.set_node_supply(i, need[slot])
+    flow.set_node_supply(sink, -sum(need.values()))
+    return flow.optimal_cost() if flow.solve() == flow.OPTIMAL else 0
+
+
+def _nested_bound(topology: Topology, eligible: frozenset[int], tele: list[int], slots: list[tuple[int, int]]) -> int:
     """Least telemetry for GPUs drawn by these pools, each from nodes with at least its slot free.
 
     A relaxation of the real assignment (GPUs may be split across nodes fractionally; groups with other

@@ -19,7 +19,7 @@ from placer.model.running import Running, running_placement
 from placer.model.spec import ServingTopology
 from placer.solver.decode import Part, decode_joint
 from placer.solver.keep import plan_keep
-from placer.solver.options import Budget, SolveOptions
+from placer.solver.options import CLOCK_NOTE, Budget, SolveOptions
 from placer.solver.problem import Problem, build_problem, with_kept
 from placer.topology.graph import Topology
 
@@ -53,25 +53,48 @@ def plan(
     topo: Topology,
     options: SolveOptions,
     cut: float | None = None,
+    scoped: bool = True,
 ) -> PlanResult:
     """Fewest moves such that every pending deployment is placed and, with ``cut``, the running ones'
-    total cost drops by at least that fraction."""
-    from ortools.sat.python import cp_model
+    total cost drops by at least that fraction.
 
-    from placer.check.gate import check_fleet, verify_fleet
-    from placer.solver.cpsat.model import PlacementModel, post_capacity
+    With many running deployments and something pending (no ``cut``), the model first holds only the
+    running deployments near the pending ones (placer.solver.plan_scope): the rest stay where they run.
+    A scope with no plan is widened, up to every running deployment, so a plan is found whenever the
+    whole model finds one; the moves are then the fewest among the deployments in that scope."""
+    from placer.solver.plan_scope import scopes
 
     t0 = time.perf_counter()
+    _check_inputs(running, pending)
+    budget = Budget.of(options)
+    tried = scopes(running, pending, topo) if scoped and pending and cut is None else []
+    for scope in tried:
+        try:
+            result = _plan(running, pending, topo, options, cut, budget, scope)
+        except InfeasibleError:
+            continue
+        result.notes.append(
+            f"moves looked for among the {len(scope)} of {len(running)} running deployment(s) near the pending "
+            "one(s); the others stay where they run"
+        )
+        return _finish(result, budget, t0)
+    return _finish(_plan(running, pending, topo, options, cut, budget, None), budget, t0)
+
+
+def _finish(result: PlanResult, budget: Budget, t0: float) -> PlanResult:
+    if budget.clock_cut:
+        result.notes.append(CLOCK_NOTE)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _check_inputs(running: list[Running], pending: list[tuple[ServingTopology, str]]) -> None:
     for r in running:
         if r.spec is None:
             raise InputError(
                 f"{r.source}: {r.key}: plan needs the spec each running deployment was placed for; give "
                 "placement records or placer's manifests, not bare pods"
             )
-    specs = [r.spec for r in running if r.spec is not None]
-    keep = plan_keep(running, specs, topo)
-    base = keep.topology
-    before = [(r.spec, running_placement(r, topo.name)) for r in running if r.spec is not None]
     running_keys = {r.key: r.source for r in running}
     for spec, source in pending:
         key = f"{spec.metadata.namespace}/{spec.metadata.name}"
@@ -80,6 +103,32 @@ def plan(
                 f"{source}: {key} already runs ({running_keys[key]}); plan places new deployments next to what "
                 "runs. To scale a running one, use placer solve --keep"
             )
+
+
+def _plan(
+    running: list[Running],
+    pending: list[tuple[ServingTopology, str]],
+    topo: Topology,
+    options: SolveOptions,
+    cut: float | None,
+    budget: Budget,
+    scope: frozenset[str] | None,
+) -> PlanResult:
+    """The joint model over the running deployments in ``scope`` (None: all) and the pending ones; the
+    running deployments outside it hold their GPUs, CPU and memory and do not move."""
+    from ortools.sat.python import cp_model
+
+    from placer.check.gate import check_fleet, verify_fleet
+    from placer.solver.cpsat.model import PlacementModel, post_capacity
+
+    t0 = time.perf_counter()
+    all_specs = [r.spec for r in running if r.spec is not None]
+    base = plan_keep(running, all_specs, topo).topology  # every running deployment's GPUs free
+    movable = [r for r in running if scope is None or r.key in scope]
+    specs = [r.spec for r in movable if r.spec is not None]
+    keep = plan_keep(running, specs, topo)
+    model_base = keep.topology  # the movable ones' GPUs free, the fixed ones' taken
+    before = [(r.spec, running_placement(r, topo.name)) for r in running if r.spec is not None]
     # What runs was not placed by this call: the checker reports on it instead of refusing it (a node
     # cordoned since, say, is the reason to plan).
     reports_before = check_fleet(base, before)
@@ -92,35 +141,36 @@ def plan(
     problems: list[Problem] = []
     for spec in specs:
         key = f"{spec.metadata.namespace}/{spec.metadata.name}"
-        problems.append(with_kept(build_problem(spec, base), replace(keep.kept[key], hard=False)))
+        problems.append(with_kept(build_problem(spec, model_base), replace(keep.kept[key], hard=False)))
     for spec, source in pending:
         try:
-            problems.append(build_problem(spec, base))
+            problems.append(build_problem(spec, model_base))
         except InputError as exc:
             raise InputError(f"{source}: {exc}") from None
     model = cp_model.CpModel()
     pms = [PlacementModel(p, model=model, joint=True, peers=problems) for p in problems]
-    post_capacity(model, base, [pm.capacity for pm in pms])
-    for pm in pms[: len(running)]:  # running deployments keep the replicas they have (the model sees to
+    post_capacity(model, model_base, [pm.capacity for pm in pms])
+    for pm in pms[: len(movable)]:  # running deployments keep the replicas they have (the model sees to
         # that) and get no new ones: a plan moves what runs, it does not scale it
         kept_replicas = pm.problem.kept.replicas if pm.problem.kept is not None else set()
         for k, lit in enumerate(pm.vars.placed):
             if k not in kept_replicas:
                 model.add(lit == 0)
     cost = sum((pm.cost_expr() for pm in pms), start=cp_model.LinearExpr.constant(0))  # type: ignore[arg-type]
-    running_cost = sum((pm.cost_expr() for pm in pms[: len(running)]), start=cp_model.LinearExpr.constant(0))  # type: ignore[arg-type]
+    running_cost = sum((pm.cost_expr() for pm in pms[: len(movable)]), start=cp_model.LinearExpr.constant(0))  # type: ignore[arg-type]
     if cut is not None:
         model.add(running_cost <= int((1.0 - cut) * cost_before))
     moves = sum((pm.moves_expr() for pm in pms), start=cp_model.LinearExpr.constant(0))  # type: ignore[arg-type]
-    budget = Budget.of(options)
     model.minimize(moves)
     solver, status = _run(model, options, budget, want=_want(pending, cut))
-    proven = status == cp_model.OPTIMAL
-    model.add(moves <= int(round(solver.objective_value)))
+    fewest = int(round(solver.objective_value))
+    # Fewest moves among the deployments in the scope; no fewer than none whatever the scope.
+    proven = status == cp_model.OPTIMAL and (scope is None or fewest == 0)
+    model.add(moves <= fewest)
     # With those moves: as many replicas of the pending deployments as fit (minReplicas may allow fewer
     # than all), then the least total cost; each stage starts from the previous answer.
     pending_replicas = sum(
-        (x for pm in pms[len(running) :] for x in pm.vars.placed), start=cp_model.LinearExpr.constant(0)
+        (x for pm in pms[len(movable) :] for x in pm.vars.placed), start=cp_model.LinearExpr.constant(0)
     )
     for sense, objective in (("max", pending_replicas), ("min", cost)):
         model.clear_objective()
@@ -153,10 +203,18 @@ def plan(
                 ),
             )
         )
-    reports = verify_fleet(base, after)
+    if scope is not None:  # the fixed ones as they run, in the order of ``running``; then the pending ones
+        solved = {f"{sp.metadata.namespace}/{sp.metadata.name}": (sp, pl) for sp, pl in after}
+        unmoved = SolveStats("optimal" if proven else "feasible")
+        fixed = {
+            f"{sp.metadata.namespace}/{sp.metadata.name}": (sp, replace(pl, stats=replace(unmoved)))
+            for sp, pl in before
+        }
+        after = [solved.get(k, fixed[k]) for k in fixed] + after[len(movable) :]
+    reports = verify_fleet(base, after)  # the whole state after the moves, whatever the scope
     for (_s, pl), rep in zip(after, reports, strict=True):
         pl.stats.objective = rep.total_units
-    listed = _moves(base, before, reports_before, after[: len(running)], reports[: len(running)])
+    listed = _moves(base, before, reports_before, after[: len(before)], reports[: len(before)])
     return PlanResult(
         listed,
         after,

@@ -21,23 +21,11 @@ from placer.model.errors import InputError
 from placer.model.levels import LEVEL_RANK, LEVEL_WORDS
 from placer.model.placement import InstancePlacement
 from placer.model.spec import Pool, ServingTopology
+from placer.solver.candidates import Candidate, Container, kv_containers, pool_candidates, router_containers
 from placer.solver.figures import domain_figures, free_in, worst_figures
-from placer.solver.layout import Layout, layout
+from placer.solver.layout import layout
 from placer.topology import cost
 from placer.topology.graph import Topology
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One place an instance of a pool may go. ``kind`` is unit (one node/socket), pooled or container."""
-
-    domain: str
-    kind: str
-    level: str
-    allreduce_us: float
-    units: int  # weighted all-reduce cost units
-    preferred_miss: bool
-    order: int  # canonical position of the domain, for tie-breaks and symmetry breaking
 
 
 @dataclass(frozen=True)
@@ -62,14 +50,6 @@ class PoolPlan:
     @property
     def multi_node(self) -> bool:
         return self.node_count is not None
-
-
-@dataclass(frozen=True)
-class Container:
-    domain: str
-    order: int
-    kv_us: float
-    units: int
 
 
 @dataclass(frozen=True)
@@ -160,51 +140,6 @@ def eligible_nodes(topo: Topology, pool: Pool) -> frozenset[int]:
     return frozenset(out)
 
 
-def _pool_candidates(
-    topo: Topology, spec: ServingTopology, name: str, pool: Pool, eligible: frozenset[int], memo: dict, shape: Layout
-) -> tuple[Candidate, ...]:
-    size = pool.gpus_per_instance
-    node_count, gpus_per_node, one_node = shape
-    required_rank = LEVEL_RANK[pool.placement.required]
-    msg = cost.activation_bytes(spec.model.hidden_size, spec.tokens_in_flight(name), spec.model.bytes_per_element)
-    weight = spec.objective.all_reduce
-    out = []
-    for dom_id in sorted(topo.domains, key=topo.order.__getitem__):
-        dom = topo.domains[dom_id]
-        if LEVEL_RANK[dom.level] > required_rank:
-            continue
-        nodes = [n for n in dom.nodes if n in eligible]
-        if not nodes:
-            continue
-        if one_node and dom.level not in ("node", "socket"):
-            continue
-        if node_count is not None:
-            # Multi-node: a container needs nodeCount eligible nodes with gpusPerNode free GPUs each.
-            g = gpus_per_node or 0
-            fit = [n for n in nodes if free_in(topo, n, dom) >= g]
-            if dom.level in ("node", "socket") or len(fit) < node_count:
-                continue
-            node_figs = [worst_figures(topo, topo.node_domain[n], [n], memo) for n in fit]
-            stage_ring = cost.PathFigures(
-                min(f.bandwidth_gbps for f in node_figs), max(f.latency_us for f in node_figs), "node"
-            )
-            span = worst_figures(topo, dom_id, fit, memo)
-            ring = stage_ring if pool.tensor_parallel <= g else span
-            kind = "container"
-        else:
-            free = sum(free_in(topo, n, dom) for n in nodes)
-            if free < size:
-                continue
-            ring = span = domain_figures(topo, dom_id, nodes, memo)
-            kind = "unit" if dom.level in ("node", "socket") else "pooled"
-        us = cost.forward_pass_allreduce_us(
-            spec.model.layers, pool.tensor_parallel, [ring] * pool.pipeline_parallel, msg, span
-        )
-        miss = pool.placement.preferred is not None and LEVEL_RANK[dom.level] > LEVEL_RANK[pool.placement.preferred]
-        out.append(Candidate(dom_id, kind, dom.level, us, cost.to_units(weight * us), miss, topo.order[dom_id]))
-    return tuple(out)
-
-
 def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
     """Turn spec + topology into pools with candidates; raises InfeasibleError when a pool has nowhere to go."""
     memo: dict = {}
@@ -213,7 +148,7 @@ def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
         eligible = eligible_nodes(topo, pool)
         check_pool_fits(topo, name, pool, eligible)
         shape = layout(topo, pool, eligible)
-        cands = _pool_candidates(topo, spec, name, pool, eligible, memo, shape)
+        cands = pool_candidates(topo, spec, name, pool, eligible, memo, shape)
         node_count, gpus_per_node, _ = shape
         reqs = pool.template.resources.requests
         pools[name] = PoolPlan(
@@ -308,22 +243,23 @@ def containers_for(problem: Problem, pools: tuple[str, ...], allowed, memo: dict
         free = sum(free_in(topo, n, dom) for n in nodes)
         if free < need:
             continue
-        figs = domain_figures(topo, dom_id, nodes, memo)
-        kv_us = 0.0
-        if kv:
-            src, dst = (problem.pools[p] for p in pools)
-            routes = [figs] + [worst_figures(topo, a, nodes, memo) for a in topo.ancestors(dom_id)[1:]]
-            route = cost.best_kv_route(routes, src.size, dst.size, topo.rails_per_node)
-            kv_us = cost.kv_transfer_us(problem.kv_bytes, route, src.size, dst.size, topo.rails_per_node)
-            bw = cost.kv_bandwidth_gbps(route, src.size, dst.size, topo.rails_per_node)
-            if not allowed(dom, bw):
-                continue
-        elif not allowed(dom, None):
+        kv_us, units, bw = _kv_price(problem, pools, dom_id, nodes, memo) if kv else (0.0, 0, None)
+        if not allowed(dom, bw):
             continue
-        out.append(
-            Container(dom_id, topo.order[dom_id], kv_us, cost.to_units(problem.spec.objective.kv_transfer * kv_us))
-        )
+        out.append(Container(dom_id, topo.order[dom_id], kv_us, units))
     return tuple(out)
+
+
+def _kv_price(problem: Problem, pools: tuple[str, ...], dom_id: str, nodes: list[int], memo: dict):
+    """(KV-transfer us, its cost units, GB/s) of one replica's prefill -> decode inside a domain."""
+    topo = problem.topology
+    figs = domain_figures(topo, dom_id, nodes, memo)
+    src, dst = (problem.pools[p] for p in pools)
+    routes = [figs] + [worst_figures(topo, a, nodes, memo) for a in topo.ancestors(dom_id)[1:]]
+    route = cost.best_kv_route(routes, src.size, dst.size, topo.rails_per_node)
+    kv_us = cost.kv_transfer_us(problem.kv_bytes, route, src.size, dst.size, topo.rails_per_node)
+    bw = cost.kv_bandwidth_gbps(route, src.size, dst.size, topo.rails_per_node)
+    return kv_us, cost.to_units(problem.spec.objective.kv_transfer * kv_us), bw
 
 
 def _add_transfer(problem: Problem, memo: dict) -> None:
@@ -345,7 +281,17 @@ def _add_transfer(problem: Problem, memo: dict) -> None:
             return False
         return floor is None or (bw is not None and bw >= floor)
 
-    conts = containers_for(problem, pair, allowed, memo, kv=True)
+    src, dst = (problem.pools[p] for p in pair)
+    key = (src.size, dst.size, problem.kv_bytes, spec.objective.kv_transfer, floor, max_level)
+    conts = kv_containers(
+        problem.topology,
+        src.eligible | dst.eligible,
+        src.size * src.instances + dst.size * dst.instances,
+        key,
+        lambda dom_id, nodes, pairs: _kv_price(problem, pair, dom_id, nodes, pairs),
+        allowed,
+        memo,
+    )
     rule = f"{pair[0]} and {pair[1]} of one replica"
     if floor is not None:
         rule += f" joined by at least {floor:g} GB/s"
@@ -365,12 +311,8 @@ def _add_router(problem: Problem) -> None:
     if router.near is None:
         return
     level = router.near.level
-
-    def allowed(dom, _bw: float | None) -> bool:
-        return LEVEL_RANK[dom.level] <= LEVEL_RANK[level] and any(n in router_set for n in dom.nodes)
-
-    router_set = set(problem.router_nodes)
-    conts = containers_for(problem, (router.near.pool,), allowed, {}, kv=False)
+    near = problem.pools[router.near.pool]
+    conts = router_containers(problem.topology, near.eligible, near.size * near.instances, level, problem.router_nodes)
     problem.colocations.append(
         Colocation(
             "router",

@@ -1,0 +1,137 @@
+"""One deployment of a batch on the state the earlier ones left (placer.solver.fleet): placed by its greedy
+when that meets its lower bound, else solved exactly; and which ones need no solve at all, because one of
+the same shape asking less was already proven not to fit on more room."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from placer.model.placement import Placement, SolveStats
+from placer.solver.fleet_bound import problem_bound
+from placer.solver.options import Budget, SolveOptions
+from placer.solver.problem import Problem
+from placer.solver.solve import solve
+
+# A greedy placement this close to its own lower bound is kept without a solve (status feasible, its gap
+# recorded): the solve would gain at most this share, and it is half of a batch's time (bench/NOTES.md).
+NEAR_ENOUGH = 0.002
+
+
+def place_one(problem: Problem, options: SolveOptions, budget: Budget) -> Placement:
+    """One deployment on the state the earlier ones left: the greedy's placement when it meets (or comes
+    within NEAR_ENOUGH of) the lower bound, so no model needs building; else the exact solve, or the
+    greedy's placement where the solve, stopped at its share, found a costlier one."""
+    from placer.solver.greedy import greedy_counted
+    from placer.solver.search import _forced_misses, greedy_outcome
+
+    out = None
+    meta = problem.spec.metadata
+    n = problem.replicas
+    if problem.kept is None and not problem.pins and not problem.unlike_domains and n >= problem.min_replicas:
+        t0 = time.perf_counter()
+        bound = None
+        # The greedy as the solve runs it, then with replica-level containers tried cheapest-telemetry first.
+        for second in (False, True):
+            start, work = greedy_counted(_by_telemetry(problem) if second else problem, budget.greedy_units())
+            budget.spend_greedy(work)
+            if len(start) < n:
+                continue
+            found = greedy_outcome(problem, start)  # container order aside, the variant is the problem
+            if found.misses <= _forced_misses(problem, n) and (out is None or found.cost < out.cost):
+                out = found  # (another placement may have fewer misses: only the solve can say)
+                bound = problem_bound(problem, n) if bound is None else bound
+                if out.cost <= bound:
+                    break
+        if out is not None and bound is not None and out.cost <= bound + NEAR_ENOUGH * out.cost:
+            proven = out.cost <= bound
+            stats = SolveStats(
+                "optimal" if proven else "feasible",
+                objective=out.cost,
+                bound=bound,
+                gap=0.0 if proven else (out.cost - bound) / max(1, out.cost),
+                solver="greedy",
+                seconds={"greedy": time.perf_counter() - t0},
+                notes=[
+                    "the greedy placement meets the lower bound (every replica placed, fewest misses)"
+                    if proven
+                    else f"the greedy placement, within {NEAR_ENOUGH:.1%} of the lower bound"
+                ],
+            )
+            return Placement(meta.name, meta.namespace, problem.topology.name, out.replicas, stats)
+    placement = solve(problem, replace(options, explain=False), budget)
+    cost = placement.stats.objective
+    if out is None or cost is None or out.cost >= cost or len(placement.replicas) > len(out.replicas):
+        return placement
+    # Same replicas, fewest misses both (the greedy's are the fewest possible), and the greedy is cheaper.
+    bound = placement.stats.bound
+    stats = SolveStats(
+        "feasible",
+        objective=out.cost,
+        bound=bound,
+        gap=None if bound is None else (out.cost - bound) / max(1, out.cost),
+        solver="greedy",
+        seconds=placement.stats.seconds,
+        notes=["the greedy placement, cheaper than what the solve found within its share"],
+    )
+    return Placement(meta.name, meta.namespace, problem.topology.name, out.replicas, stats)
+
+
+def _by_telemetry(problem: Problem) -> Problem:
+    """The problem with each replica-level rule's containers ordered by KV units plus the cheapest
+    telemetry one replica's members could find free in them (the greedy tries containers in that order;
+    nothing else reads a container's order there)."""
+    topo, tele = problem.topology, problem.telemetry_units
+    colocs = []
+    for coloc in problem.colocations:
+        plans = [problem.pools[p] for p in coloc.pools]
+        eligible = frozenset().union(*(p.eligible for p in plans))
+        gpus = sum(p.size * p.instances for p in plans)
+
+        def est(c, eligible=eligible, gpus=gpus) -> int:
+            free = [tele[n] for n in topo.domains[c.domain].nodes if n in eligible and topo.nodes[n].free_gpus]
+            return c.units + gpus * min(free, default=0)
+
+        ranked = sorted(coloc.containers, key=lambda c: (est(c), c.order))
+        rank = {c.domain: i for i, c in enumerate(ranked)}
+        colocs.append(
+            replace(coloc, containers=tuple(replace(c, units=c.units, order=rank[c.domain]) for c in coloc.containers))
+        )
+    return replace(problem, colocations=colocs)
+
+
+class Refused:
+    """Deployments proven not to fit (and those a repair could not place) while the free room only shrank.
+    One of the same shape that asks at least as much (every pool's instances, minReplicas) cannot fit
+    either: what fits now would have fitted then. Repairs re-arrange, so a successful one clears the record.
+    (Used to skip solves whose answer is known; a repair skipped so is a heuristic's choice.)"""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, int], int, bool]] = []
+
+    @staticmethod
+    def _shape(d) -> tuple[str, dict[str, int], int] | None:
+        if d.kept is not None:
+            return None
+        doc = d.spec.model_dump(mode="json", exclude={"metadata", "scheduling", "replicas", "min_replicas"})
+        instances = {name: pool.pop("instances") for name, pool in doc["pools"].items()}
+        return repr(sorted(doc.items())), instances, d.spec.replicas_floor
+
+    def add(self, d, repaired: bool = False) -> None:
+        shape = self._shape(d)
+        if shape is not None:
+            self.seen.append((*shape, repaired))
+
+    def covers(self, d, repaired: bool) -> bool:
+        shape = self._shape(d)
+        if shape is None:
+            return False
+        key, instances, floor = shape
+        return any(
+            k == key and f <= floor and all(n <= instances[p] for p, n in inst.items())
+            for k, inst, f, r in self.seen
+            if r == repaired
+        )
+
+    def clear(self) -> None:
+        self.seen.clear()

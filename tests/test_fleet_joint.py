@@ -1,0 +1,176 @@
+"""Issue 14 item 5 (fleet jointly): what makes a 100-deployment batch and plan fast must not change answers.
+
+- candidates and containers built once per cluster and filtered per state equal a fresh enumeration;
+- the batch checker's "everyone else taken" states equal the pairwise construction they replace;
+- a deployment the fleet places by its greedy placement (certified by the lower bound) costs what the
+  exact solve's proven optimum costs;
+- plan's scoped model finds a plan whenever the whole model does, and every answer passes the checker.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_fleet_properties import batches
+from test_solver_properties import clusters, specs
+
+from placer.check import gate
+from placer.emit.manifests import records_text
+from placer.emit.readback import load_running
+from placer.model.cluster import ClusterSpec
+from placer.model.errors import InfeasibleError
+from placer.model.spec import ServingTopology
+from placer.pipeline import run_plan, verify_fleet
+from placer.solver import candidates, plan_scope
+from placer.solver.figures import free_in
+from placer.solver.fleet import Deployment, solve_fleet
+from placer.solver.fleet_one import place_one
+from placer.solver.options import Budget
+from placer.solver.problem import build_problem
+from placer.solver.solve import SolveOptions, solve
+from placer.topology.build import build_topology
+from placer.topology.usage import merge_usage, usage
+
+OPTS = SolveOptions(time_limit_s=20, explain=False)
+
+
+def _states(topo, seed: int, count: int = 3):
+    """The cluster and ``count`` states with random GPUs taken, each on the one before (free only shrinks)."""
+    rng = random.Random(seed)
+    out = [topo]
+    for _ in range(count):
+        take = {}
+        for node in out[-1].nodes:
+            if node.free_gpus and rng.random() < 0.4:
+                take[node.index] = list(node.free_gpus[: rng.randint(1, len(node.free_gpus))])
+        out.append(out[-1].with_usage(take))
+    return out
+
+
+def _shape(problem):
+    return problem.pools, problem.colocations, problem.router_nodes, problem.unlike_domains, problem.telemetry_units
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(max_nodes=5, max_gpus=8), specs(), st.integers(0, 1000))
+def test_candidates_filtered_per_state_equal_a_fresh_enumeration(cluster_d, spec_d, seed):
+    topo = build_topology(ClusterSpec.model_validate(cluster_d))
+    spec = ServingTopology.model_validate(spec_d)
+    states = _states(topo, seed)
+    warm = []
+    for state in states:  # the caches fill as a batch would fill them, state after state
+        try:
+            warm.append(_shape(build_problem(spec, state)))
+        except InfeasibleError:
+            warm.append(None)
+    for state, got in zip(states, warm, strict=True):
+        candidates._STATIC.clear()
+        candidates._FREE.clear()
+        try:
+            fresh = _shape(build_problem(spec, state))
+        except InfeasibleError:
+            fresh = None
+        assert got == fresh
+        eligible = frozenset(n.index for n in state.nodes if n.index % 2 == seed % 2)
+        table = candidates.domain_free(state, eligible)
+        for dom in state.domains.values():
+            assert table.get(dom.id, 0) == sum(free_in(state, n, dom) for n in dom.nodes if n in eligible)
+
+
+def _pairwise(topo, placed):
+    """What gate._others_taken computed before: per placement, every other one's usage merged and taken."""
+    taken = [usage(spec, topo, pl) for spec, pl in placed]
+    return [topo.with_usage(*merge_usage([t for j, t in enumerate(taken) if j != i])) for i in range(len(placed))]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches())
+def test_everyone_else_taken_equals_the_pairwise_construction(batch):
+    cluster_d, docs = batch
+    topo = build_topology(ClusterSpec.model_validate(cluster_d))
+    deployments = [Deployment(ServingTopology.model_validate(d), f"spec{i}") for i, d in enumerate(docs)]
+    result = solve_fleet(deployments, topo, OPTS)
+    placed = [(p.deployment.spec, p.placement) for p in result.placed]
+    assert [t.nodes for t in gate._others_taken(topo, placed)] == [t.nodes for t in _pairwise(topo, placed)]
+    if placed:  # a GPU two placements claim stays taken for each of them (check_fleet does not refuse it)
+        twice = placed + [placed[0]]
+        assert [t.nodes for t in gate._others_taken(topo, twice)] == [t.nodes for t in _pairwise(topo, twice)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(max_nodes=5, max_gpus=8), specs())
+def test_a_placement_certified_by_the_bound_costs_the_proven_optimum(cluster_d, spec_d):
+    topo = build_topology(ClusterSpec.model_validate(cluster_d))
+    try:
+        problem = build_problem(ServingTopology.model_validate(spec_d), topo)
+        placed = place_one(problem, OPTS, Budget.of(OPTS))
+    except InfeasibleError:
+        return
+    verify_fleet(topo, [(problem.spec, placed)])
+    if placed.stats.solver != "greedy" or placed.stats.status != "optimal":
+        return
+    exact = solve(problem, OPTS)
+    assert len(exact.replicas) == len(placed.replicas)
+    assert exact.stats.objective >= placed.stats.objective
+    if exact.stats.status == "optimal":
+        assert exact.stats.objective == placed.stats.objective
+
+
+@st.composite
+def running_and_pending(draw):
+    cluster = draw(clusters(max_nodes=6, max_gpus=8))
+    docs = []
+    for i in range(draw(st.integers(2, 4))):
+        doc = draw(specs())
+        doc["metadata"] = {"name": f"run{i}"}
+        docs.append(doc)
+    pending = draw(specs())
+    pending["metadata"] = {"name": "pending"}
+    return cluster, docs, pending
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=running_and_pending())
+def test_the_scoped_plan_finds_a_plan_whenever_the_whole_model_does(case, monkeypatch_module):
+    cluster_d, docs, pending_d = case
+    topo = build_topology(ClusterSpec.model_validate(cluster_d))
+    deployments = [Deployment(ServingTopology.model_validate(d), f"spec{i}") for i, d in enumerate(docs)]
+    placed = [(p.deployment.spec, p.placement) for p in solve_fleet(deployments, topo, OPTS).placed]
+    if not placed:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        records = Path(tmp) / "running.yaml"
+        records.write_text(records_text(placed))
+        pending = [(ServingTopology.model_validate(pending_d), "pending.yaml")]
+        answers = []
+        for scoped in (False, True):
+            try:
+                answers.append(run_plan(load_running([records]), pending, topo, OPTS, scoped=scoped))
+            except InfeasibleError as exc:
+                answers.append(exc.proven)
+    whole, near = answers
+    if whole is True:  # proven: no moves make it fit; the scoped model cannot do better
+        assert near is True
+        return
+    if whole is False:
+        return  # the whole model ran out of time: nothing to compare
+    assert not isinstance(near, bool), "the scoped plan found nothing where the whole model found a plan"
+    # run_plan verified the whole state after the moves (verify_fleet raises otherwise); the pending
+    # deployment has at least its minReplicas. (Listed moves are not compared: a spanning instance the whole
+    # model counts as moved stays untouched when it is outside the scope; DESIGN.md, Known limits.)
+    spec, pl = near.placements[-1]
+    assert len(pl.replicas) >= spec.replicas_floor
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    """Scopes on the few running deployments a small case has (plan_scope skips fewer than MIN_RUNNING)."""
+    saved = plan_scope.MIN_RUNNING
+    plan_scope.MIN_RUNNING = 0
+    yield
+    plan_scope.MIN_RUNNING = saved
