@@ -202,3 +202,44 @@ def test_the_flow_bound_sees_two_pools_wanting_one_cheap_node() -> None:
     old = rest_bound(problem, anchor, cheap)[1] + anchored_bound(problem, anchor, cheap, 0, 1, kv)[1]
     assert flow.of((1, 0))[0] == flow.split((1, 0), NO_LIMIT)[0] == exact.cost
     assert exact.cost - old >= 8 * 40_000
+
+
+def test_a_flow_the_solver_cannot_price_bounds_nothing_and_drops_nothing() -> None:
+    """Queue depths near their limit under the largest weight push the scaled unit costs past what the flow
+    solver takes (BAD_COST_RANGE). That is no bound, not "no placement": every such assignment must then be
+    solved exactly, or the walk would empty its heap and claim a proof it never made (found in review)."""
+    nodes = [_node(f"n{r}-{i}", f"r{r}", int(1e6 * (1 - 0.03 * (4 * r + i)))) for r in range(3) for i in range(6)]
+    template = {"image": "x.com/e:1"}
+    spec = {
+        "apiVersion": "placer.dev/v1alpha1",
+        "kind": "ServingTopology",
+        "metadata": {"name": "t"},
+        "model": {"layers": 8, "hiddenSize": 2048, "kvHeads": 4, "headDim": 64},
+        "pools": {
+            "prefill": {"role": "prefill", "instances": 40, "tensorParallel": 1, "template": template},
+            "decode": {"role": "decode", "instances": 2, "tensorParallel": 7, "template": template},
+            "extra": {"role": "aggregated", "instances": 1, "tensorParallel": 5, "template": template},
+        },
+        "router": {"near": {"pool": "decode", "level": "rack"}},
+        "transfer": {"from": "prefill", "to": "decode", "maxLevel": "spine"},
+        "objective": {"queueDepth": 1e6},
+        "replicas": 2,
+    }
+    for pool in spec["pools"].values():
+        pool["placement"] = {"required": "node"}
+    problem = build_problem(
+        ServingTopology.model_validate(spec),
+        build_topology(ClusterSpec.model_validate(cluster_document("c", nodes, 8))),
+    )
+    anchor = anchor_of(problem)
+    assert anchor is not None and applies(problem)
+    flow = AssignmentBound(problem, anchor.domains, anchor.colocation, anchor.pools, linked(problem, anchor))
+    for counts in [(1, 1, 0), (0, 1, 1)]:
+        exact = search(_pinned(problem, anchor, counts), SolveOptions(), Budget(30, 60))
+        bound = flow.of(counts)[0]
+        assert bound is not None and bound <= exact.cost  # a placement exists: never "cannot fit"
+    logs: list[str] = []
+    got = solve_by_anchor(problem, anchor, SolveOptions(log=logs.append), Budget(30, 60), greedy(problem))
+    one = search(problem, SolveOptions(), Budget(30, 60))
+    assert got is not None and got.proven and one.proven and got.cost == one.cost
+    assert not any("0 fixed-router model(s)" in line for line in logs)  # the proof rests on exact solves

@@ -215,7 +215,8 @@ class AssignmentBound:
     ) -> tuple[int | None, int, int | None]:
         """(the bound on the cost, the arcs built, a domain whose replicas it splits) for ``counts[i]`` replicas
         anchored in domain i and ``left`` more anchored in some domain after those ``counts`` covers (the
-        partial assignments of the walk); the bound is None when the replicas cannot fit so.
+        partial assignments of the walk); the bound is None when the replicas cannot fit so (the flow is
+        infeasible), and only the fixed part when the flow solver gives no answer.
 
         When the optimal flow keeps whole replicas' linked pools inside or outside their domain (the same
         number for every linked pool; no split domain), it is a flow of one of ``split``'s cases too."""
@@ -240,8 +241,14 @@ class AssignmentBound:
         nodes[-1] = 0
         flow.set_nodes_supplies(nodes, np.array([*supplies, -sum(supplies)], dtype=np.int64))
         arcs = n_cls + sum(len(o[0]) for o in offers)
-        if flow.solve() != flow.OPTIMAL:
+        status = flow.solve()
+        if status == flow.INFEASIBLE:
             return None, arcs, None
+        if status != flow.OPTIMAL:
+            # e.g. BAD_COST_RANGE, scaled costs too large for the flow solver (extreme telemetry weights):
+            # no bound, not "no placement" - the flow part is never negative, so ``fixed`` still bounds it,
+            # and no split is given, so the walk solves the assignment exactly
+            return self.fixed, arcs, None
         bound = -(-flow.optimal_cost() // self.scale) + self.fixed
         return bound, arcs, self._pure(flow, groups, offers, n_cls)
 

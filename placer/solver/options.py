@@ -113,7 +113,7 @@ class Outcome:
     replicas: tuple[ReplicaPlacement, ...]
     misses: int  # instances outside their preferred level
     cost: int
-    bound: int | None
+    bound: int | None  # bounds every placement's cost at these misses (never a cut-short stage's conditional one)
     proven: bool
     notes: list[str]
     seconds: dict[str, float]

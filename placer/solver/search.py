@@ -142,7 +142,9 @@ def search(
         replicas=decode(problem, solver, pm, best_n),
         misses=misses,
         cost=int(round(solver.objective_value)),
-        bound=int(solver.best_objective_bound),
+        # A cost bound holds only for the replicas and misses fixed by the earlier stages: when one of them
+        # was cut short (a note), it bounds nothing about the true optimum, and a merge must not use it
+        bound=None if notes else int(solver.best_objective_bound),
         proven=status == cp_model.OPTIMAL and not notes,
         notes=notes,
         seconds=timings(),
