@@ -79,8 +79,15 @@ def tight_nodes(problems: list[Problem]) -> frozenset[int]:
     plans = [plan for pb in problems for plan in pb.pools.values()]
     router_cpu = sum(pb.replicas * pb.router_cpu_m for pb in problems if pb.has_router)
     router_mem = sum(pb.replicas * pb.router_memory_bytes for pb in problems if pb.has_router)
+    # Only a spanning instance's pods need the answer, and a spanning instance draws only from its pooled
+    # candidate's domain (the laminar supply rule gives every other node no draw): look at those nodes only.
+    # Per-domain models at 100k GPUs asked this of every node for each of their 44 models (2.3 s).
+    domains = {c.domain for plan in plans if not plan.multi_node for c in plan.candidates if c.kind == "pooled"}
+    if not domains:
+        return frozenset()
     out = set()
-    for node in topo.nodes:
+    for index in sorted(set().union(*(topo.domains[d].nodes for d in domains))):
+        node = topo.nodes[index]
         mine = [p for p in plans if node.index in p.eligible]
         pods = len(node.free_gpus)
         cpu = max((p.cpu_m for p in mine), default=0)
