@@ -176,7 +176,8 @@ def report(rows: list[dict], args: argparse.Namespace) -> str:
         "# Benchmark results",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"OR-Tools {_ortools()}; `python bench/run.py --seeds {args.seeds}` (seeds 0-{args.seeds - 1}, one "
+        f"OR-Tools {_ortools()}, placer {_commit()}; `python bench/run.py --seeds {args.seeds}` "
+        f"(seeds 0-{args.seeds - 1}, one "
         f"generated cluster per seed, {args.time_limit:g} s solver limit). Medians over the seeds unless noted. "
         "'solve' = CP-SAT stages incl. model build and greedy hint (wall seconds); 'work' = the deterministic "
         "seconds the solve spent (CP-SAT's deterministic time plus placer's counted work: the same on any machine "
@@ -285,7 +286,7 @@ def _targets(groups: dict, below_placer: int) -> str:
                 f"optimal, {infeasible} proven infeasible, of {len(solved)}) | {'yes' if opt >= 0.95 else 'no'} |",
                 f"| {name} {spec}: median solver time ≤ {limit:g} s, in deterministic work seconds (the wall "
                 f"seconds beside) | work {_fmt(work)} s (wall {_fmt(solve)} s) "
-                f"| {'yes' if (work or 0.0) <= limit else 'no'} |",
+                f"| {'-' if work is None else 'yes' if work <= limit else 'no'} |",
             ]
         if big:
             p = [r["placer"] for _, r in big]
@@ -307,6 +308,11 @@ def _targets(groups: dict, below_placer: int) -> str:
     )
     out += ["", 'Where a target is missed, bench/NOTES.md ("Targets missed, and why") says by how much and why.']
     return "\n".join(out)
+
+
+def _commit() -> str:
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    return proc.stdout.strip() or "an uncommitted tree"
 
 
 def _ortools() -> str:
