@@ -202,25 +202,40 @@ class PlacementModel:
         """Each member instance of a replica lies inside the replica's chosen container (transfer floor,
         maximum level, router proximity): the floor holds for every prefill/decode pair at once."""
         for coloc in self.problem.colocations:
+            inside = self._containers_above(coloc)
             for k in range(self.problem.replicas):
                 conts = self.vars.container[(k, coloc.name)]
                 for pool in coloc.pools:
                     plan = self.problem.pools[pool]
                     for i in range(plan.instances if plan.multi_node else 1):
                         for ci, lit in self.vars.choice[(k, pool, i)].items():
-                            ups = set(self.topo.ancestors(plan.candidates[ci].domain))
-                            holders = [t for j, t in conts.items() if coloc.containers[j].domain in ups]
+                            holders = [conts[j] for j in inside(plan.candidates[ci].domain) if j in conts]
                             self.model.add(lit <= self.vars.copies[(k, pool, i)] * sum(holders))
+
+    def _containers_above(self, coloc):
+        """domain -> the indices (ascending, as the container literals are ordered) of the colocation's
+        containers holding it: found through the domain's ancestors, not by scanning every container."""
+        at: dict[str, list[int]] = defaultdict(list)
+        for j, c in enumerate(coloc.containers):
+            at[c.domain].append(j)
+        memo: dict[str, list[int]] = {}
+
+        def inside(domain: str) -> list[int]:
+            if domain not in memo:
+                memo[domain] = sorted(j for a in self.topo.ancestors(domain) for j in at.get(a, ()))
+            return memo[domain]
+
+        return inside
 
     def _router_inside_container(self) -> None:
         for coloc in self.problem.colocations:
             if not coloc.router:
                 continue
+            inside = self._containers_above(coloc)
             for k, lits in self.vars.router.items():
                 conts = self.vars.container[(k, coloc.name)]
                 for n, r in lits.items():
-                    ups = set(self.topo.ancestors(self.topo.node_domain[n]))
-                    holders = [t for j, t in conts.items() if coloc.containers[j].domain in ups]
+                    holders = [conts[j] for j in inside(self.topo.node_domain[n]) if j in conts]
                     self.model.add(r <= sum(holders))
 
     def _replicas_spread(self) -> None:
