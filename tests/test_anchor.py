@@ -48,6 +48,26 @@ def cases(draw) -> tuple[dict, dict]:
     return spec, rack_cluster(draw)
 
 
+def by_anchor_and_one_model(problem, anchor):
+    """(the anchor search's answer, the one model's proven answer) with as many replicas each, or None when
+    both prove that nothing fits; a case the anchor search hands back to the one model is not drawn."""
+    try:
+        whole = search(problem, SolveOptions(), Budget(60, 120))
+    except Unplaceable as exc:
+        assert exc.proven
+        whole = None
+    try:
+        got = solve_by_anchor(problem, anchor, SolveOptions(), Budget(60, 120), greedy(problem))
+    except Unplaceable as exc:
+        assert exc.proven
+        assert whole is None
+        return None
+    assume(got is not None)  # the greedy did not place every replica: one model answers instead
+    assert got is not None and whole is not None and whole.proven
+    assert len(got.replicas) == len(whole.replicas)
+    return got, whole
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(cases())
 def test_by_anchor_equals_one_model(case) -> None:
@@ -62,20 +82,10 @@ def test_by_anchor_equals_one_model(case) -> None:
     anchor = anchor_of(problem)
     assume(anchor is not None)
     assert anchor is not None
-    try:
-        whole = search(problem, SolveOptions(), Budget(60, 120))
-    except Unplaceable as exc:
-        assert exc.proven
-        whole = None
-    try:
-        got = solve_by_anchor(problem, anchor, SolveOptions(), Budget(60, 120), greedy(problem))
-    except Unplaceable as exc:
-        assert exc.proven
-        assert whole is None
+    pair = by_anchor_and_one_model(problem, anchor)
+    if pair is None:
         return
-    assume(got is not None)  # the greedy did not place every replica: one model answers instead
-    assert got is not None and whole is not None and whole.proven
-    assert len(got.replicas) == len(whole.replicas)
+    got, whole = pair
     if got.proven:
         assert (got.misses, got.cost) == (whole.misses, whole.cost)
     elif got.bound is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
+from test_anchor import by_anchor_and_one_model
 from test_decompose import rack_cluster
 from test_solver_properties import cluster_document
 
@@ -131,21 +132,11 @@ def test_by_anchor_with_the_flow_bound_equals_one_model(data) -> None:
     problem = flow_problem(node_spec(data.draw), rack_cluster(data.draw))
     anchor = anchor_of(problem)
     assert anchor is not None
-    try:
-        whole = search(problem, SolveOptions(), Budget(60, 120))
-    except Unplaceable as exc:
-        assert exc.proven
-        whole = None
-    try:
-        got = solve_by_anchor(problem, anchor, SolveOptions(), Budget(60, 120), greedy(problem))
-    except Unplaceable as exc:
-        assert exc.proven
-        assert whole is None
+    pair = by_anchor_and_one_model(problem, anchor)
+    if pair is None:
         return
-    assume(got is not None)  # the greedy did not place every replica: one model answers instead
-    assert got is not None and whole is not None and whole.proven
+    got, whole = pair
     event("compared")
-    assert len(got.replicas) == len(whole.replicas)
     assert got.proven  # 60 s of work is far more than these need
     assert (got.misses, got.cost) == (whole.misses, whole.cost)
 
