@@ -174,3 +174,43 @@ def monkeypatch_module():
     plan_scope.MIN_RUNNING = 0
     yield
     plan_scope.MIN_RUNNING = saved
+
+
+def _agg_on_dgx():
+    from placer.model.load import load_cluster, load_spec
+    from placer.solver.problem import build_problem
+    from placer.topology.build import build_topology
+
+    root = Path(__file__).resolve().parent.parent
+    spec = load_spec(root / "fixtures" / "specs" / "aggregated-tp8.yaml").model_copy(update={"min_replicas": 1})
+    topo = build_topology(load_cluster(root / "fixtures" / "clusters" / "dgx-h100-1024.yaml"))
+    return build_problem(spec, topo)
+
+
+def test_a_complete_greedy_is_kept_when_the_solve_finds_nothing_or_fewer_replicas(monkeypatch):
+    """Replicas come before cost: a greedy that placed every replica (but missed its bound) stands against a
+    solve that, stopped at its share, found nothing, or fewer replicas at a lower cost (found in review)."""
+    from placer.solver import fleet_one
+    from placer.solver.options import Budget, SolveOptions
+
+    problem = _agg_on_dgx()
+    assert problem.replicas == 2 and problem.min_replicas == 1
+    monkeypatch.setattr(fleet_one, "problem_bound", lambda _problem, _n: 0)  # never certified: the solve runs
+
+    def nothing(*_a, **_k):
+        raise InfeasibleError("no placement found within the time limit", proven=False)
+
+    monkeypatch.setattr(fleet_one, "solve", nothing)
+    kept = place_one(problem, SolveOptions(time_limit_s=5), Budget(5, 60))
+    assert len(kept.replicas) == 2 and kept.stats.status == "feasible" and kept.stats.bound is None
+
+    def fewer(problem_, options, budget):
+        from placer.solver.solve import solve
+
+        one = solve(fleet_one.replace(problem_, replicas=1, min_replicas=1), options, budget)
+        assert len(one.replicas) == 1 and one.stats.objective < kept.stats.objective
+        return one
+
+    monkeypatch.setattr(fleet_one, "solve", fewer)
+    chosen = place_one(problem, SolveOptions(time_limit_s=5), Budget(5, 60))
+    assert len(chosen.replicas) == 2 and chosen.stats.objective == kept.stats.objective

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from placer.model.errors import InfeasibleError
 from placer.model.placement import Placement, SolveStats
 from placer.solver.fleet_bound import problem_bound
 from placer.solver.options import Budget, SolveOptions
@@ -59,20 +60,35 @@ def place_one(problem: Problem, options: SolveOptions, budget: Budget) -> Placem
                 ],
             )
             return Placement(meta.name, meta.namespace, problem.topology.name, out.replicas, stats)
-    placement = solve(problem, replace(options, explain=False), budget)
-    cost = placement.stats.objective
-    if out is None or cost is None or out.cost >= cost or len(placement.replicas) > len(out.replicas):
-        return placement
-    # Same replicas, fewest misses both (the greedy's are the fewest possible), and the greedy is cheaper.
-    bound = placement.stats.bound
+    try:
+        placement = solve(problem, replace(options, explain=False), budget)
+    except InfeasibleError as error:
+        if out is None or error.proven:
+            raise
+        placement = None  # nothing found in the share, but the greedy placed every replica
+    if placement is not None:
+        cost, n_solved = placement.stats.objective, len(placement.replicas)
+        # replicas first, then misses (the greedy's are the fewest possible), then cost
+        if out is None or cost is None or n_solved > len(out.replicas):
+            return placement
+        if n_solved == len(out.replicas) and cost <= out.cost:
+            return placement
+    bound = None if placement is None else placement.stats.bound
+    if placement is not None and len(placement.replicas) < len(out.replicas):
+        bound = None  # the solve's bound is for fewer replicas
+    note = (
+        "the greedy placement: the solve found nothing within its share"
+        if placement is None
+        else "the greedy placement, better than what the solve found within its share"
+    )
     stats = SolveStats(
         "feasible",
         objective=out.cost,
         bound=bound,
         gap=None if bound is None else (out.cost - bound) / max(1, out.cost),
         solver="greedy",
-        seconds=placement.stats.seconds,
-        notes=["the greedy placement, cheaper than what the solve found within its share"],
+        seconds={} if placement is None else placement.stats.seconds,
+        notes=[note],
     )
     return Placement(meta.name, meta.namespace, problem.topology.name, out.replicas, stats)
 
