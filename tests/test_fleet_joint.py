@@ -214,3 +214,39 @@ def test_a_complete_greedy_is_kept_when_the_solve_finds_nothing_or_fewer_replica
     monkeypatch.setattr(fleet_one, "solve", fewer)
     chosen = place_one(problem, SolveOptions(time_limit_s=5), Budget(5, 60))
     assert len(chosen.replicas) == 2 and chosen.stats.objective == kept.stats.objective
+
+
+def _renamed(spec: ServingTopology, name: str, instances: int, cpu: str | None = None) -> ServingTopology:
+    doc = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    doc["metadata"]["name"] = name
+    doc["pools"]["aggregated"]["instances"] = instances
+    if cpu is not None:
+        doc["pools"]["aggregated"]["template"].setdefault("resources", {}).setdefault("requests", {})["cpu"] = cpu
+    return ServingTopology.model_validate(doc)
+
+
+def test_refused_covers_only_the_same_shape_asking_at_least_as_much():
+    """A deployment skipped as 'proven not to fit' must be one that an exact solve refuses too: same shape
+    (every rule, template and selector) and at least as many instances and replicas as one that failed."""
+    from placer.solver.fleet_one import Refused
+    from placer.solver.options import SolveOptions
+    from placer.solver.problem import build_problem
+    from placer.solver.solve import solve
+
+    problem = _agg_on_dgx()
+    base = problem.spec
+    small, large = _renamed(base, "small", 60), _renamed(base, "large", 61)
+    fewer, other = _renamed(base, "fewer", 59), _renamed(base, "other", 61, cpu="1")
+    refused = Refused()
+    refused.add(Deployment(small, "a"))
+    assert refused.covers(Deployment(large, "b"), repaired=False)
+    assert not refused.covers(Deployment(fewer, "c"), repaired=False)  # asks less: may fit
+    assert not refused.covers(Deployment(other, "d"), repaired=False)  # another template: another shape
+    assert not refused.covers(Deployment(large, "b"), repaired=True)  # failed solves say nothing of repairs
+    # and on the cluster: the small one proven not to fit, the large one (skipped) is refused exactly too
+    for spec in (small, large):
+        with pytest.raises(InfeasibleError) as error:
+            solve(build_problem(spec, problem.topology), SolveOptions(time_limit_s=10, explain=False))
+        assert error.value.proven
+    refused.clear()
+    assert not refused.covers(Deployment(large, "b"), repaired=False)
