@@ -204,7 +204,7 @@ def test_a_complete_greedy_is_kept_when_the_solve_finds_nothing_or_fewer_replica
     kept = place_one(problem, SolveOptions(time_limit_s=5), Budget(5, 60))
     assert len(kept.replicas) == 2 and kept.stats.status == "feasible" and kept.stats.bound is None
 
-    def fewer(problem_, options, budget):
+    def fewer(problem_, options, budget, start=None):
         from placer.solver.solve import solve
 
         one = solve(fleet_one.replace(problem_, replicas=1, min_replicas=1), options, budget)
@@ -250,3 +250,85 @@ def test_refused_covers_only_the_same_shape_asking_at_least_as_much():
         assert error.value.proven
     refused.clear()
     assert not refused.covers(Deployment(large, "b"), repaired=False)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(max_nodes=5, max_gpus=8), specs())
+def test_a_solve_handed_the_greedy_answers_as_one_that_runs_it(cluster_d, spec_d):
+    """A batch hands the greedy it already ran to the solve (fleet_one); with the same work charged, the
+    placement and its status are the ones the solve gives when it runs the greedy itself."""
+    from placer.solver.greedy import greedy_counted
+
+    topo = build_topology(ClusterSpec.model_validate(cluster_d))
+    try:
+        problem = build_problem(ServingTopology.model_validate(spec_d), topo)
+    except InfeasibleError:
+        return
+    budget = Budget.of(OPTS)
+    start, work = greedy_counted(problem, budget.greedy_units())
+    budget.spend_greedy(work)
+    try:
+        own = solve(problem, OPTS)
+    except InfeasibleError as exc:
+        with pytest.raises(InfeasibleError) as handed:
+            solve(problem, OPTS, budget, start)
+        assert handed.value.proven == exc.proven
+        return
+    handed = solve(problem, OPTS, budget, start)
+    assert handed.replicas == own.replicas
+    assert (handed.stats.status, handed.stats.objective, handed.stats.bound) == (
+        own.stats.status,
+        own.stats.objective,
+        own.stats.bound,
+    )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(max_nodes=5, max_gpus=8), specs(), st.integers(0, 1000))
+def test_fits_alone_is_false_only_when_the_exact_solve_refuses(cluster_d, spec_d, seed):
+    """A repair is skipped when the deployment does not fit on the group's room even by itself; that must
+    never refuse one an exact solve would place (and on these small cases it decides every one)."""
+    from placer.solver.fleet import _fits_alone
+
+    topo = build_topology(ClusterSpec.model_validate(cluster_d))
+    spec = ServingTopology.model_validate(spec_d)
+    room = _states(topo, seed, count=1)[-1]
+    fits = _fits_alone(Deployment(spec, "s"), room, OPTS, Budget.of(OPTS))
+    try:
+        solve(build_problem(spec, room), OPTS)
+    except InfeasibleError as exc:
+        assert fits is not exc.proven
+    else:
+        assert fits
+
+
+def test_no_joint_model_is_built_for_one_that_does_not_fit_alone(tmp_path, monkeypatch):
+    """Repairs were a third of a saturated batch's time and none succeeded where the one left out did not
+    fit even with its whole group gone (bench/FLEET.md); such a repair now ends before any joint model."""
+    from test_fleet import _spec_doc, leaf_cluster
+
+    from placer.model.load import load_cluster
+    from placer.solver import fleet
+    from placer.solver.cpsat import model as cpsat_model
+
+    # n1 is free, n2 has three GPUs free; "small" (TP4) takes half of n1. Moving "small" would free a whole node
+    # for one of the two TP8 replicas "whole" asks (so _blockers names it), but never for both.
+    cluster = leaf_cluster(tmp_path, [("n1", [], None), ("n2", [0, 1, 2, 3, 4], None)])
+    topo = build_topology(load_cluster(cluster))
+    small = ServingTopology.model_validate(_spec_doc("small", 4, 1))
+    whole = ServingTopology.model_validate(_spec_doc("whole", 8, 1, replicas=2))
+    assert whole.replicas_floor == 2
+    alone = solve_fleet([Deployment(small, "a")], topo, OPTS)
+    built = []
+    real = cpsat_model.PlacementModel
+
+    def counting(*args, **kwargs):
+        built.append(kwargs.get("joint", False))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cpsat_model, "PlacementModel", counting)
+    now = fleet._state_after(topo, alone.placed)
+    assert fleet._blockers(Deployment(whole, "b"), alone.placed, topo, now) == alone.placed
+    group = fleet._repair(Deployment(whole, "b"), alone.placed, topo, now, OPTS, Budget.of(OPTS))
+    assert group is None
+    assert True not in built  # no joint model was built

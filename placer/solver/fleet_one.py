@@ -27,6 +27,7 @@ def place_one(problem: Problem, options: SolveOptions, budget: Budget) -> Placem
     from placer.solver.search import _forced_misses, greedy_outcome
 
     out = None
+    first = None  # the greedy as the solve would run it: handed on, so the solve does not run it again
     meta = problem.spec.metadata
     n = problem.replicas
     if problem.kept is None and not problem.pins and not problem.unlike_domains and n >= problem.min_replicas:
@@ -36,6 +37,8 @@ def place_one(problem: Problem, options: SolveOptions, budget: Budget) -> Placem
         for second in (False, True):
             start, work = greedy_counted(_by_telemetry(problem) if second else problem, budget.greedy_units())
             budget.spend_greedy(work)
+            if not second:
+                first = start
             if len(start) < n:
                 continue
             found = greedy_outcome(problem, start)  # container order aside, the variant is the problem
@@ -61,7 +64,7 @@ def place_one(problem: Problem, options: SolveOptions, budget: Budget) -> Placem
             )
             return Placement(meta.name, meta.namespace, problem.topology.name, out.replicas, stats)
     try:
-        placement = solve(problem, replace(options, explain=False), budget)
+        placement = solve(problem, replace(options, explain=False), budget, first)
     except InfeasibleError as error:
         if out is None or error.proven:
             raise

@@ -49,6 +49,19 @@ class _Layer(dict):  # type: ignore[type-arg]
         return self.base[key]
 
 
+class _Lazy(dict):  # type: ignore[type-arg]
+    """A node's entry read from the cluster the first time it is asked for: a walk touches few of the
+    nodes, and a batch runs hundreds of walks on a 10,000-GPU cluster."""
+
+    def __init__(self, read) -> None:
+        super().__init__()
+        self.read = read
+
+    def __missing__(self, key):
+        value = self[key] = self.read(key)
+        return value
+
+
 @dataclass
 class _State:
     free: dict[int, list[int]]  # lists are replaced, never changed in place, so layers may share them
@@ -147,15 +160,16 @@ def greedy(problem: Problem, work_limit: int | None = None) -> list[GreedyReplic
 def greedy_counted(problem: Problem, work_limit: int | None = None) -> tuple[list[GreedyReplica], int]:
     """``greedy`` and the work it spent (charged to the search's budget)."""
     topo = problem.topology
+    nodes = topo.nodes
     state = _State(
-        {n.index: list(n.free_gpus) for n in topo.nodes},
-        {n.index: n.cpu_free_m for n in topo.nodes},
-        {n.index: n.memory_free_bytes for n in topo.nodes},
+        _Lazy(lambda n: list(nodes[n].free_gpus)),
+        _Lazy(lambda n: nodes[n].cpu_free_m),
+        _Lazy(lambda n: nodes[n].memory_free_bytes),
         set(),
     )
     scopes = _Scopes(problem)
     scopes.limit = work_limit
-    scopes.work = 4 * len(topo.nodes)  # the state above: measured at about four units of work per node
+    scopes.work = 4 * len(topo.nodes)  # the state as first built (a copy, ~4 units per node); kept so budgets stay put
     out: list[GreedyReplica] = []
     for _ in range(problem.replicas):
         if scopes.over():

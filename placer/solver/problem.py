@@ -21,7 +21,14 @@ from placer.model.errors import InputError
 from placer.model.levels import LEVEL_RANK, LEVEL_WORDS
 from placer.model.placement import InstancePlacement
 from placer.model.spec import Pool, ServingTopology
-from placer.solver.candidates import Candidate, Container, kv_containers, pool_candidates, router_containers
+from placer.solver.candidates import (
+    Candidate,
+    Container,
+    kv_containers,
+    pool_candidates,
+    router_containers,
+    static,
+)
 from placer.solver.figures import domain_figures, free_in, worst_figures
 from placer.solver.layout import layout
 from placer.topology import cost
@@ -86,7 +93,7 @@ class Problem:
     replicas: int
     min_replicas: int
     spread_level: str | None
-    telemetry_units: list[int]  # per node: cost units per GPU used
+    telemetry_units: tuple[int, ...]  # per node: cost units per GPU used (shared by every state of the cluster)
     router_cpu_m: int = 0
     router_memory_bytes: int = 0
     router_nodes: tuple[int, ...] = ()
@@ -172,9 +179,14 @@ def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
             memory_bytes=k8s.bytes_of(reqs.get("memory", "0")),
         )
     w = spec.objective
-    telemetry = [
-        cost.telemetry_per_gpu_units(n.queue_depth, n.kv_cache_hit, w.queue_depth, w.cache_miss) for n in topo.nodes
-    ]
+    # Metrics are fixed when the cluster is loaded, so every state of it (fleet batches) shares the vector.
+    telemetry = static(
+        topo,
+        ("telemetry", w.queue_depth, w.cache_miss),
+        lambda: tuple(
+            cost.telemetry_per_gpu_units(n.queue_depth, n.kv_cache_hit, w.queue_depth, w.cache_miss) for n in topo.nodes
+        ),
+    )
     m = spec.model
     problem = Problem(
         spec=spec,

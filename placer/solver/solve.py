@@ -19,7 +19,7 @@ from placer.model.placement import Placement, SolveStats
 from placer.solver.anchor import anchor_of, solve_by_anchor
 from placer.solver.anchor_bound import applies
 from placer.solver.decompose import solve_by_domain, split_of
-from placer.solver.greedy import greedy_counted
+from placer.solver.greedy import GreedyReplica, greedy_counted
 from placer.solver.options import Budget, Outcome, SolveOptions, Unplaceable
 from placer.solver.problem import Problem
 from placer.solver.search import search
@@ -35,16 +35,18 @@ def solve(
     problem: Problem,
     options: SolveOptions = SolveOptions(),  # noqa: B008 (frozen)
     budget: Budget | None = None,
+    start: list[GreedyReplica] | None = None,
 ) -> Placement:
     """Place as many replicas as fit (at least minReplicas) at least cost; raise InfeasibleError otherwise.
 
     When every replica must sit inside one of several disjoint domains (a KV-transfer floor that only a rack
     meets, say), the problem separates by domain and placer.solver.decompose solves it domain by domain, exactly;
-    otherwise one CP-SAT model is searched."""
+    otherwise one CP-SAT model is searched. ``start``: the greedy's placement of this very problem, when the
+    caller already ran it (a batch does), so it is not run again."""
     budget = Budget.of(options) if budget is None else budget
     work_at_start = budget.work_left
     try:
-        outcome = _search(problem, options, budget)
+        outcome = _search(problem, options, budget, start)
     except Unplaceable as exc:
         if not options.explain:
             what = "no placement satisfies every hard constraint" if exc.proven else "no placement found in time"
@@ -76,7 +78,9 @@ def solve(
     return Placement(spec.metadata.name, spec.metadata.namespace, problem.topology.name, outcome.replicas, stats)
 
 
-def _search(problem: Problem, options: SolveOptions, budget: Budget) -> Outcome:
+def _search(
+    problem: Problem, options: SolveOptions, budget: Budget, start: list[GreedyReplica] | None = None
+) -> Outcome:
     """By domain when the problem separates exactly, by anchor domain when part of each replica is tied to
     one of several domains, else one model."""
     split = split_of(problem)
@@ -84,7 +88,7 @@ def _search(problem: Problem, options: SolveOptions, budget: Budget) -> Outcome:
         return solve_by_domain(problem, split, options, budget)
     anchor = anchor_of(problem)
     if anchor is None:
-        return search(problem, options, budget)
+        return search(problem, options, budget, start)
     # Where the flow bound applies (every candidate one whole node), the anchor search goes first: it proved
     # the large spec on 10 of 10 10k DGX seeds in 0.26-1.94 work seconds, where the one model first (40 % of
     # the budget) and then the walk proved 2 of 10 in 10 (bench/ANCHOR.md); the one model gets what it
@@ -92,8 +96,9 @@ def _search(problem: Problem, options: SolveOptions, budget: Budget) -> Outcome:
     # clusters it proves the optimum outright, and short of a proof the anchor search gets the rest. The
     # answer is the better placement, with the better of the two bounds.
     t0 = time.perf_counter()
-    start, work = greedy_counted(problem, budget.greedy_units())  # shared by both searches
-    budget.spend_greedy(work)
+    if start is None:
+        start, work = greedy_counted(problem, budget.greedy_units())  # shared by both searches
+        budget.spend_greedy(work)
     t_greedy = time.perf_counter()
     small = problem.replicas * sum(len(plan.candidates) for plan in problem.pools.values()) <= ONE_MODEL_MAX_CANDIDATES
     anchor_first = applies(problem)
