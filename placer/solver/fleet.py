@@ -207,6 +207,8 @@ def _repair(
     if not group:
         return None
     residual = _state_after(tier_start, [p for p in tier_placed if p not in group])
+    if not _fits_alone(d, residual, options, budget.child(budget.work_left / 3)):
+        return None  # it does not fit even with the whole group gone: no re-arrangement of it can help
     members = [*[p.deployment for p in group], d]
     # The group's own running pods are theirs to keep (pinned in their models), so free for the joint model.
     running = [kept_usage(m.spec, m.kept, residual) for m in members if m.kept is not None]
@@ -256,6 +258,29 @@ def _repair(
         pl = Placement(spec.metadata.name, spec.metadata.namespace, tier_start.name, replicas, stats)
         out.append(Placed(dep, pl, topo))
     return out
+
+
+def _fits_alone(d: Deployment, room: Topology, options: SolveOptions, budget: Budget) -> bool:
+    """False only when ``d`` is proven not to fit on ``room`` by itself: a joint model that must also
+    place others there cannot place it either. The greedy answers most cases at once; a solve the rest."""
+    from placer.solver.greedy import greedy_counted
+    from placer.solver.solve import solve
+
+    try:
+        problem = _problem(d, _own_state(d, room))
+    except InfeasibleError:
+        return False
+    start = None
+    if problem.kept is None:  # the greedy knows nothing of running instances
+        start, work = greedy_counted(problem, budget.greedy_units())
+        budget.spend_greedy(work)
+        if len(start) >= problem.min_replicas:
+            return True
+    try:
+        solve(problem, replace(options, explain=False), budget, start)
+    except InfeasibleError as error:
+        return not error.proven
+    return True
 
 
 def _blockers(d: Deployment, tier_placed: list[Placed], tier_start: Topology, now: Topology) -> list[Placed]:
