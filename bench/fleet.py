@@ -444,7 +444,7 @@ def _meaning(rows: list[Row], walls: list[float], gaps: list[float], limit: floa
         "placed in one joint CP-SAT model together with the fewest (at most 6) already-placed deployments of "
         "the same priority whose GPUs stand in the way of one of its possible homes, those keeping their "
         "replica counts (at most 3 s a repair, none with less than 1 s of the limit left), unless it does not fit "
-        "on that room even with the whole group gone (a greedy, else an exact solve, says so first: no "
+        "on that room even with the whole group gone (a greedy, else a model with no objective, says so first: no "
         "re-arrangement of the group could then place it). Only then is the next "
         "tier looked at, so a higher-priority deployment is never left out or made worse for a lower one. "
         "Reasons for the ones still left out are computed at the end (at most 3 s each). A deployment either "

@@ -262,25 +262,27 @@ def _repair(
 
 def _fits_alone(d: Deployment, room: Topology, options: SolveOptions, budget: Budget) -> bool:
     """False only when ``d`` is proven not to fit on ``room`` by itself: a joint model that must also
-    place others there cannot place it either. The greedy answers most cases at once; a solve the rest."""
+    place others there cannot place it either. The greedy answers most cases at once; else one model with
+    no objective, which stops at the first placement of minReplicas (nothing is optimised here)."""
+    from ortools.sat.python import cp_model
+
+    from placer.solver.cpsat.model import PlacementModel
     from placer.solver.greedy import greedy_counted
-    from placer.solver.solve import solve
+    from placer.solver.options import run_stage
 
     try:
         problem = _problem(d, _own_state(d, room))
     except InfeasibleError:
         return False
-    start = None
     if problem.kept is None:  # the greedy knows nothing of running instances
         start, work = greedy_counted(problem, budget.greedy_units())
         budget.spend_greedy(work)
         if len(start) >= problem.min_replicas:
             return True
-    try:
-        solve(problem, replace(options, explain=False), budget, start)
-    except InfeasibleError as error:
-        return not error.proven
-    return True
+    pm = PlacementModel(problem)
+    budget.spend_build(pm.model)
+    found, status = run_stage(pm.model, replace(options, explain=False), budget)
+    return found is not None or status != cp_model.INFEASIBLE
 
 
 def _blockers(d: Deployment, tier_placed: list[Placed], tier_start: Topology, now: Topology) -> list[Placed]:
