@@ -279,7 +279,10 @@ def _fits_alone(d: Deployment, room: Topology, options: SolveOptions, budget: Bu
         budget.spend_greedy(work)
         if len(start) >= problem.min_replicas:
             return True
-    pm = PlacementModel(problem)
+    try:
+        pm = PlacementModel(problem)
+    except InfeasibleError as error:  # a running instance that cannot stay where it is
+        return not error.proven
     budget.spend_build(pm.model)
     found, status = run_stage(pm.model, replace(options, explain=False), budget)
     return found is not None or status != cp_model.INFEASIBLE
