@@ -89,3 +89,35 @@ def test_plan_benchmark_smoke(tmp_path):
     (row,) = bench.one_seed(0, 2048, 30, 20.0, tmp_path, full=False)
     assert row.error == "" and row.moves is not None and row.deterministic == "yes"
     assert "| 0 | near |" in bench.report([row], argparse.Namespace(time_limit=20.0), "python bench/plan.py")
+
+
+def test_fleet_relaxation_admits_the_batch(tmp_path):
+    """bench/fleet_relax.py's relaxation is a lower bound only if every real joint placement is one of its
+    solutions: the batch's own placement, its replicas fixed to the containers they sit in, must be feasible
+    there and cost no more than the checker says it does; and the realisation must pass the checker."""
+    spec = importlib.util.spec_from_file_location("bench_fleet_relax", ROOT / "bench" / "fleet_relax.py")
+    relax_bench = importlib.util.module_from_spec(spec)
+    sys.modules["bench_fleet_relax"] = relax_bench
+    spec.loader.exec_module(relax_bench)
+    from ortools.sat.python import cp_model
+
+    fleet, topo, placed = relax_bench.batch(1, 2048, 20, tmp_path)
+    assert placed and fleet.cost is not None
+    relax = relax_bench.relaxation(placed, topo)
+    where = relax_bench.replicas_by_container(placed, topo)
+    assert where, "the batch has deployments with a replica-level rule"
+    for name, counts in where.items():
+        r = relax.replicas_in[name]
+        assert set(counts) <= set(r), f"{name}: a replica sits in a container the relaxation does not offer"
+        for container, var in r.items():
+            relax.model.add(var == counts.get(container, 0))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = 20
+    solver.parameters.num_workers = 1
+    assert solver.solve(relax.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    assert relax.constant + solver.objective_value <= fleet.cost
+    # Realising the batch's own arrangement re-places every deployment through placer's solve, in the same
+    # racks: all fit again, and verify_fleet (inside) raises if the set breaks a rule or double-books a GPU.
+    chosen = {d: set(c) for d, c in where.items()}
+    again, _fallbacks, lost, cost = relax_bench.realise(placed, topo, chosen)
+    assert not lost and len(again) == len(placed) and cost > 0
