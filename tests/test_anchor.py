@@ -4,6 +4,8 @@ and solving the rest finds exactly the one-model optimum, and an unproven answer
 
 from __future__ import annotations
 
+import contextlib
+
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_decompose import rack_cluster
@@ -90,3 +92,47 @@ def test_by_anchor_equals_one_model(case) -> None:
         assert (got.misses, got.cost) == (whole.misses, whole.cost)
     elif got.bound is not None:
         assert got.bound <= whole.cost <= got.cost
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(cases())
+def test_the_walk_charges_work_for_every_entry_it_pushes(case) -> None:
+    """The walk over domain assignments is bounded by the work budget, not only by the wall clock: every
+    entry it pushes is charged (with each fixed-anchor model refused, the walk visits every assignment)."""
+    import heapq
+
+    import placer.solver.anchor as anchor_mod
+
+    spec_d, cluster_d = case
+    try:
+        problem = build_problem(
+            ServingTopology.model_validate(spec_d), build_topology(ClusterSpec.model_validate(cluster_d))
+        )
+    except InputError:
+        assume(False)
+        return
+    anchor = anchor_of(problem)
+    assume(anchor is not None)
+    pushed = []
+
+    class CountingHeap:
+        heappop = staticmethod(heapq.heappop)
+
+        @staticmethod
+        def heappush(heap, item):
+            pushed.append(1)
+            heapq.heappush(heap, item)
+
+    def refused(*_args, **_kwargs):
+        raise Unplaceable(proven=True)
+
+    saved = anchor_mod.heapq, anchor_mod.search
+    anchor_mod.heapq, anchor_mod.search = CountingHeap, refused
+    try:
+        budget = Budget(100, 120)
+        with contextlib.suppress(Unplaceable):  # every assignment refused: nothing fits, as asked
+            solve_by_anchor(problem, anchor, SolveOptions(), budget, greedy(problem))
+    finally:
+        anchor_mod.heapq, anchor_mod.search = saved
+    assume(pushed)
+    assert 100 - budget.work_left >= anchor_mod.PUSH_WORK_S * len(pushed) * 0.999  # float rounding
