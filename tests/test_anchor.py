@@ -50,6 +50,21 @@ def cases(draw) -> tuple[dict, dict]:
     return spec, rack_cluster(draw)
 
 
+def anchored(case):
+    """The drawn case's problem and its anchor; cases with an input error or no anchor are not drawn."""
+    spec_d, cluster_d = case
+    try:
+        problem = build_problem(
+            ServingTopology.model_validate(spec_d), build_topology(ClusterSpec.model_validate(cluster_d))
+        )
+    except InputError:
+        assume(False)
+        raise
+    anchor = anchor_of(problem)
+    assume(anchor is not None)
+    return problem, anchor
+
+
 def by_anchor_and_one_model(problem, anchor):
     """(the anchor search's answer, the one model's proven answer) with as many replicas each, or None when
     both prove that nothing fits; a case the anchor search hands back to the one model is not drawn."""
@@ -73,17 +88,7 @@ def by_anchor_and_one_model(problem, anchor):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(cases())
 def test_by_anchor_equals_one_model(case) -> None:
-    spec_d, cluster_d = case
-    try:
-        problem = build_problem(
-            ServingTopology.model_validate(spec_d), build_topology(ClusterSpec.model_validate(cluster_d))
-        )
-    except InputError:
-        assume(False)
-        return
-    anchor = anchor_of(problem)
-    assume(anchor is not None)
-    assert anchor is not None
+    problem, anchor = anchored(case)
     pair = by_anchor_and_one_model(problem, anchor)
     if pair is None:
         return
@@ -103,16 +108,7 @@ def test_the_walk_charges_work_for_every_entry_it_pushes(case) -> None:
 
     import placer.solver.anchor as anchor_mod
 
-    spec_d, cluster_d = case
-    try:
-        problem = build_problem(
-            ServingTopology.model_validate(spec_d), build_topology(ClusterSpec.model_validate(cluster_d))
-        )
-    except InputError:
-        assume(False)
-        return
-    anchor = anchor_of(problem)
-    assume(anchor is not None)
+    problem, anchor = anchored(case)
     pushed = []
 
     class CountingHeap:

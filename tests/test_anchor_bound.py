@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
-from test_anchor import by_anchor_and_one_model
+from test_anchor import anchored, by_anchor_and_one_model
 from test_decompose import rack_cluster
 from test_solver_properties import cluster_document
 
 from placer.model.cluster import ClusterSpec
-from placer.model.errors import InputError
 from placer.model.spec import ServingTopology
 from placer.solver.anchor import (
     Cheapest,
@@ -65,14 +64,8 @@ def node_spec(draw) -> dict:
 
 
 def flow_problem(spec_d: dict, cluster_d: dict) -> Problem:
-    try:
-        problem = build_problem(
-            ServingTopology.model_validate(spec_d), build_topology(ClusterSpec.model_validate(cluster_d))
-        )
-    except InputError:
-        assume(False)
-        raise
-    assume(anchor_of(problem) is not None and applies(problem))
+    problem, _anchor = anchored((spec_d, cluster_d))
+    assume(applies(problem))
     return problem
 
 
