@@ -9,6 +9,8 @@ racks: 2 x 2 = 4 racks, each used by one replica. Before the fix placer found no
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_solver_properties import (
@@ -27,7 +29,9 @@ from placer.model.levels import LEVEL_RANK
 from placer.model.placement import InstancePlacement, Pod
 from placer.model.spec import ServingTopology
 from placer.pipeline import place
-from placer.solver.problem import Kept, build_problem, with_kept
+from placer.solver.anchor import anchor_of
+from placer.solver.decompose import split_of
+from placer.solver.problem import Colocation, Container, Kept, build_problem, with_kept
 from placer.solver.solve import SolveOptions, solve
 from placer.topology.build import build_topology
 
@@ -233,3 +237,50 @@ def test_a_running_spanning_replica_is_kept_and_the_next_takes_the_other_racks()
     assert placement.replicas[0].instances[0].pods == running.pods
     assert _racks(topo, placement.replicas[1]) == {"r2", "r3"}
     assert check(spec, topo, placement).violations == []
+
+
+# --- the decompositions' assumptions about spread -----------------------------------------------------
+def _pcie_node(name: str, rack: str, leaf: str) -> dict:
+    return {
+        "name": name,
+        "rack": rack,
+        "leaf": leaf,
+        "gpus": {"count": 4, "product": "A100-PCIE", "memoryGiB": 80},
+        "interconnect": "pcie",
+        "sockets": 2,
+        "cpu": "64",
+        "memory": "512Gi",
+    }
+
+
+def test_the_anchor_cap_counts_sockets_under_socket_spread() -> None:
+    # Two leaves of two 2-socket PCIe nodes; the decode pool (two TP4) and router tie each replica to a leaf. Under
+    # spread over sockets a leaf holds four spread-level domains, so both replicas may share one (the cap
+    # counted the nodes' missing socket-level ancestors as one domain, and said 1).
+    nodes = [_pcie_node(f"{leaf}-{j}", f"r-{leaf}", leaf) for leaf in ("l0", "l1") for j in range(2)]
+    topo = build_topology(ClusterSpec.model_validate(cluster_document("pcie", nodes, 8)))
+    doc = _spec(1, 2)
+    pool = doc["pools"].pop("aggregated")
+    decode = {**pool, "role": "decode", "instances": 2, "tensorParallel": 4}  # 8 GPUs: no node holds them
+    doc["pools"] = {"prefill": {**pool, "role": "prefill"}, "decode": decode}
+    doc["router"] = {"cpu": "1", "memory": "1Gi", "near": {"pool": "decode", "level": "leaf"}}
+    doc["spread"] = {"level": "socket"}
+    anchor = anchor_of(build_problem(ServingTopology.model_validate(doc), topo))
+    assert anchor is not None and anchor.cap == (2, 2)
+
+
+def test_a_split_whose_domains_straddle_the_spread_level_is_one_model() -> None:
+    # The envelope's domains: rack r0 (broader than the spread level, nvlink-domain) and two nodes of one
+    # NVLink domain in r1. The nodes share a spread-level domain, the rack holds several: no one grouping
+    # of the split says both, so the problem is solved as one model (it had no groups: two replicas could
+    # take the two nodes of one NVLink domain).
+    gpus = {"count": 4, "product": "H100", "memoryGiB": 80}
+    nodes = [{"name": f"a{j}", "rack": "r0", "gpus": gpus} for j in range(2)]
+    nodes += [{"name": f"b{j}", "rack": "r1", "nvlinkDomain": "nvl1", "gpus": gpus} for j in range(2)]
+    topo = build_topology(ClusterSpec.model_validate(cluster_document("straddle", nodes, 8)))
+    doc = {**_spec(2, 2), "spread": {"level": "nvlink-domain"}}
+    problem = build_problem(ServingTopology.model_validate(doc), topo)
+    containers = tuple(Container(d, topo.order[d], 0.0, 0) for d in ("rack/r0", "node/b0", "node/b1"))
+    envelope = Colocation("transfer", ("aggregated",), False, containers, "test")
+    assert split_of(replace(problem, colocations=[envelope])) is None
+    assert split_of(replace(problem, colocations=[envelope], spread_level=None)) is not None
