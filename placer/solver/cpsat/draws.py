@@ -28,7 +28,7 @@ from ortools.sat.python import cp_model
 from placer.solver.candidates import domain_free
 from placer.solver.cells import candidate_groups, inside_one, node_group
 from placer.solver.cpsat.pods import Span
-from placer.solver.problem import Problem
+from placer.solver.problem import Problem, kept_candidate
 
 InstanceKey = tuple[int, str, int]
 SlotKey = tuple[InstanceKey, int]  # (counted key, candidate index)
@@ -105,6 +105,32 @@ def group_demand(pm, sk: SlotKey) -> list[tuple[str, list]]:
             if d == top:
                 break
             out.append((d, terms))
+    return out
+
+
+def pinned_below(pm) -> dict[tuple, dict[str, int]]:
+    """selector -> domain -> GPUs that running (hard-kept) spanning instances hold on roomy nodes of a domain
+    narrower than their candidate (or their group). The decoder gives them their own GPUs first, so they are
+    demand there too, or a spanning instance placed in that domain could be promised those GPUs."""
+    out: dict[tuple, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    kept, topo, v = pm.problem.kept, pm.topo, pm.vars
+    if kept is None or not kept.hard:
+        return out
+    for (k, pool, _i), inst in sorted(kept.instances.items()):
+        plan = pm.problem.pools[pool]
+        ci = kept_candidate(pm.problem, inst)
+        if plan.multi_node or ci is None or plan.candidates[ci].kind != "pooled":
+            continue
+        grouped = ((k, pool, 0), ci) in v.draws.by
+        for pod in inst.pods:
+            n = topo.node_by_name(pod.node).index
+            if n in v.span.tight:
+                continue  # its slot holds it (cpsat.pods)
+            top = node_group(topo, pm.problem.spread_level, n) if grouped else plan.candidates[ci].domain
+            for d in topo.ancestors(topo.node_domain[n]):
+                if d == top:
+                    break
+                out[plan.selector][d] += len(pod.gpus)
     return out
 
 

@@ -15,7 +15,7 @@ from ortools.sat.python import cp_model
 from placer.model.errors import InfeasibleError
 from placer.model.levels import LEVEL_RANK
 from placer.solver.cells import group_marks, inside_one, node_marks
-from placer.solver.cpsat.draws import group_demand, pin_draws, post_draws
+from placer.solver.cpsat.draws import group_demand, pin_draws, pinned_below, post_draws
 from placer.solver.cpsat.pods import pin_pieces, post_span, tight_draws, tight_nodes
 from placer.solver.cpsat.variables import Variables, create_variables
 from placer.solver.figures import free_in
@@ -134,6 +134,7 @@ class PlacementModel:
             by_sel[sel][n] = p
         span, tight = self.vars.span, self.vars.span.tight
         pieces = tight_draws(self)
+        pinned = pinned_below(self)
         for sel, supply in by_sel.items():
             demand: dict[str, list] = defaultdict(list)
             total = []
@@ -151,6 +152,8 @@ class PlacementModel:
                             demand[d] += [plan.size * lit, *mine]
                         for d, terms in group_demand(self, (key, ci)):  # spread: per group below it
                             demand[d] += terms
+            for d, held in pinned.get(sel, {}).items():  # running instances' GPUs below their candidate
+                demand[d].append(held)
             self.model.add(sum(supply.values()) == sum(total))
             for n, p in supply.items():
                 if n in tight:
