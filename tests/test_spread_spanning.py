@@ -157,13 +157,17 @@ def rack_clusters(draw, max_nodes: int = 4) -> dict:
 
 @st.composite
 def spanning_specs(draw) -> dict:
-    """The property tests' specs with pools that may span racks (TP 2-4, required rack or spine)."""
+    """The property tests' specs with pools that may span racks (TP 2-4, required rack or spine), some
+    multi-node (two nodes of one or two GPUs)."""
     spec = draw(specs(tps=(2, 3, 4)))
     for pool in spec["pools"].values():
         pool["placement"] = {"required": draw(st.sampled_from(["rack", "spine"]))}
         # One GPU product per pool, as in the other property tests: a pool free to mix NVLink and PCIe nodes
         # meets the model's worst-case pricing of mixed domains (docs/DESIGN.md, Exactness), not spread.
         pool["gpu"] = {"product": "H100" if draw(st.integers(0, 3)) else "A100-PCIE"}
+        if draw(st.integers(0, 4)) == 0:
+            per_node = draw(st.sampled_from([1, 2]))
+            pool |= {"tensorParallel": 2 * per_node, "nodeCount": 2, "gpusPerNode": per_node}
     return spec
 
 
