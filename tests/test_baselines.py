@@ -122,13 +122,18 @@ def _assert_sound(spec: ServingTopology, topo: Topology, r: BaselineResult) -> N
 
 
 def _spans_spread_domains(spec: ServingTopology, topo: Topology, placement: Placement) -> bool:
-    """An instance broader than the spread level. The checker allows it (spread only keeps replicas apart),
-    placer's model does not (reported): two 1-GPU pods on two nodes under ``spread: {level: node}`` is
-    infeasible to the solver even for one replica."""
-    if spec.spread is None:
+    """Under ``spread: {level: socket}``, an instance broader than a socket on a node whose sockets are
+    domains. The checker asks only which sockets its GPUs sit in; placer's model takes it to use all of the
+    node's sockets (placer.solver.cells, conservative there; exact at every other spread level)."""
+    if spec.spread is None or spec.spread.level != "socket":
         return False
-    limit = LEVEL_RANK[spec.spread.level]
-    return any(LEVEL_RANK[topo.domains[i.domain].level] > limit for rep in placement.replicas for i in rep.instances)
+    socketed = {n.name for n in topo.nodes if topo.domains[topo.node_domain[n.index]].children}
+    return any(
+        topo.domains[i.domain].level != "socket" and p.node in socketed
+        for rep in placement.replicas
+        for i in rep.instances
+        for p in i.pods
+    )
 
 
 def _alike(spec: ServingTopology, topo: Topology) -> bool:

@@ -246,10 +246,8 @@ def test_spanning_pods_on_cpu_tight_nodes_match_brute_force(cluster_d, spec_d):
     # Issue 18: nodes with CPU or memory for only 0-3 pods. The brute force knows nothing of the model's
     # tight/roomy split or its slots: whatever split of an instance's GPUs the checker accepts, placer must
     # find one as good (it used to draw a spanning instance's GPUs from a node with no room for its pod and
-    # stop with the checker's refusal). No spread rule here: the model keeps every instance inside one
-    # spread-level domain, which the checker does not ask of a lone replica, and CPU-tight nodes make such
-    # a cross-rack instance the only fit far more often (a separate matter, same on GPU-only clusters).
-    spec_d.pop("spread", None)
+    # stop with the checker's refusal). With a spread rule too: a cross-rack spanning instance, often the
+    # only fit on tight nodes, is counted per rack (cpsat.draws; tests/test_spread_spanning.py).
     _assert_matches_brute_force(cluster_d, spec_d)
 
 

@@ -30,6 +30,7 @@ from dataclasses import replace
 
 from placer.solver.anchor_bound import ARC_WORK_S, PRICE_WORK_S, AssignmentBound, applies
 from placer.solver.anchor_cheap import Anchor, Cheapest, anchored_bound, kv_term, linked, rest_bound, tops
+from placer.solver.cells import node_marks
 from placer.solver.greedy import GreedyReplica
 from placer.solver.options import CLOCK_NOTE, Budget, Outcome, SolveOptions, Unplaceable
 from placer.solver.problem import Problem
@@ -66,7 +67,8 @@ def anchor_of(problem: Problem) -> Anchor | None:
         if owner == d:
             cap.append(1)
         elif owner is None:  # the spread level is narrower: d hosts one replica per spread domain in it
-            inside = {topo.domain_at(topo.node_domain[n], problem.spread_level) for n in topo.domains[d].nodes}
+            level = problem.spread_level
+            inside = {c for n in topo.domains[d].nodes for c in node_marks(topo, level, n)}
             cap.append(min(problem.replicas, len(inside)))
         else:
             return None  # several anchor domains share one spread domain: not modelled here

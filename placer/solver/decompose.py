@@ -77,13 +77,16 @@ def split_of(problem: Problem) -> Split | None:
     level = problem.spread_level
     if level is None:
         return Split(domains, tuple((i,) for i in range(len(domains))), False)
+    owners = [topo.domain_at(d, level) for d in domains]
+    if all(owner is None for owner in owners):
+        # The spread level is narrower than every domain: each spread-level domain lies inside one of them
+        # (even a spanning instance's), so the per-domain models enforce the spread.
+        return Split(domains, tuple((i,) for i in range(len(domains))), False)
+    if any(owner is None for owner in owners):
+        return None  # some domains share spread-level domains, others hold several: one model
     by_spread: dict[str, list[int]] = {}
-    for i, d in enumerate(domains):
-        owner = topo.domain_at(d, level)
-        if owner is None:
-            # The spread level is narrower than the domain: the per-domain model enforces the spread.
-            return Split(domains, tuple((i,) for i in range(len(domains))), False)
-        by_spread.setdefault(owner, []).append(i)
+    for i, owner in enumerate(owners):
+        by_spread.setdefault(owner, []).append(i)  # type: ignore[arg-type]
     return Split(domains, tuple(tuple(g) for g in by_spread.values()), True)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
+from placer.solver.cells import node_marks
 from placer.solver.problem import Candidate, Container, PoolPlan, Problem
 
 GREEDY_CONTAINERS = 12  # fitting container choices compared per replica (the first one is often poor)
@@ -97,6 +98,7 @@ class _Scopes:
         self._static: dict[tuple[str, int], tuple[int, int]] = {}
         self._in_scope: dict[tuple[str, int, int], list[int]] = {}
         self._spread: dict[str, str | None] = {}
+        self._marks: dict[int, tuple[str, ...]] = {}
         self.work = 0  # candidates looked at and nodes visited: the deterministic measure of the walk
         self.limit: int | None = None
 
@@ -147,6 +149,19 @@ class _Scopes:
             level = self.problem.spread_level
             self._spread[domain] = None if level is None else self.problem.topology.domain_at(domain, level)
         return self._spread[domain]
+
+    def marks(self, node: int) -> tuple[str, ...]:
+        """The spread-level domains GPUs of ``node`` touch, as the model counts them (placer.solver.cells)."""
+        got = self._marks.get(node)
+        if got is None:
+            assert self.problem.spread_level is not None
+            got = self._marks[node] = node_marks(self.problem.topology, self.problem.spread_level, node)
+        return got
+
+    def open_nodes(self, pool: PoolPlan, ci: int, used: set[str]) -> list[int]:
+        """The candidate's nodes whose spread-level domains no earlier replica uses (a candidate broader
+        than the spread level may draw from several)."""
+        return [n for n in self.nodes(pool, ci) if used.isdisjoint(self.marks(n))]
 
 
 def greedy(problem: Problem, work_limit: int | None = None) -> list[GreedyReplica]:
@@ -250,8 +265,7 @@ def _try(problem: Problem, state: _State, combo: dict, scopes: _Scopes) -> Greed
             replica.instances.append(GreedyInstance(pool.name, i, cand_index, pods))
             if problem.spread_level:
                 sd = scopes.spread_domain(pool.candidates[cand_index].domain)
-                assert sd is not None
-                mine.add(sd)
+                mine.update([sd] if sd is not None else [d for n, _gpus in pods for d in scopes.marks(n)])
     if problem.has_router:
         node = _place_router(problem, state, combo)
         if node is None:
@@ -273,12 +287,10 @@ def _place_instance(problem: Problem, state: _State, pool: PoolPlan, scope: list
             return None  # out of work: this trial is dropped, the replicas placed so far stand
         scopes.work += 1
         cand = pool.candidates[ci]
-        if problem.spread_level:
-            sd = scopes.spread_domain(cand.domain)
-            if sd is None or sd in state.spread_used:
-                continue
+        if problem.spread_level and scopes.spread_domain(cand.domain) in state.spread_used:
+            continue
         dom = topo.domains[cand.domain]
-        nodes = scopes.nodes(pool, ci)
+        nodes = _usable(problem, scopes, pool, ci, state.spread_used)
         scopes.work += len(nodes)
         if pool.multi_node:
             g = pool.gpus_per_node or 0
@@ -301,7 +313,15 @@ def _place_instance(problem: Problem, state: _State, pool: PoolPlan, scope: list
     if best is None:
         return None
     ci = best[1]
-    return ci, _take(problem, state, pool, pool.candidates[ci], scopes.nodes(pool, ci))
+    return ci, _take(problem, state, pool, pool.candidates[ci], _usable(problem, scopes, pool, ci, state.spread_used))
+
+
+def _usable(problem: Problem, scopes: _Scopes, pool: PoolPlan, ci: int, used: set[str]) -> list[int]:
+    """The candidate's nodes; for one broader than the spread level, only those whose spread-level domains
+    no earlier replica uses (it may draw from several, as the model counts them)."""
+    if problem.spread_level and scopes.spread_domain(pool.candidates[ci].domain) is None:
+        return scopes.open_nodes(pool, ci, used)
+    return scopes.nodes(pool, ci)
 
 
 def _tele(problem: Problem, nodes: list[int]) -> int:

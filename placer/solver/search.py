@@ -15,6 +15,8 @@ from dataclasses import replace
 
 from placer.model.levels import LEVEL_RANK
 from placer.model.placement import InstancePlacement, Pod, ReplicaPlacement
+from placer.solver.cells import inside_one, node_marks
+from placer.solver.cpsat.draws import hint_draws
 from placer.solver.cpsat.pods import hint_pieces
 from placer.solver.decode import decode
 from placer.solver.greedy import GreedyReplica, greedy_counted
@@ -236,15 +238,7 @@ def _hint(pm, problem: Problem, start: list[GreedyReplica]) -> None:
                         pooled[(plan.selector, n)] += len(gpus)
                     spanning[((k, pool, 0), g.candidate)].append([(n, len(gpus)) for n, gpus in g.pods])
         if problem.spread_level:
-            rank = LEVEL_RANK[problem.spread_level]
-            doms = [problem.pools[g.pool].candidates[g.candidate].domain for g in rep.instances]
-            doms += [
-                problem.topology.node_domain[n]
-                for g in rep.instances
-                for n, _ in g.pods
-                if problem.pools[g.pool].multi_node
-            ]
-            used_spread[k] = {pm.spread_of(d, rank) for d in doms}
+            used_spread[k] = _touched(pm, problem, rep)
         for name, j in rep.containers.items():
             values[v.container[(k, name)][j]] = 1
         if rep.router is not None and k in v.router:
@@ -253,10 +247,28 @@ def _hint(pm, problem: Problem, start: list[GreedyReplica]) -> None:
         values[var] = pooled.get(key, 0)
     for sk, instances in spanning.items():
         hint_pieces(v.span, sk, instances, values)
+        hint_draws(pm, sk, instances, values)
     for (k, dom), var in v.spread.items():  # an incomplete hint is repaired slowly, or not at all in time
         values[var] = int(dom in used_spread.get(k, set()))
     for lits in [*v.choice.values(), *v.node_of.values(), *v.container.values(), *v.router.values()]:
         for lit in lits.values():
             pm.model.add_hint(lit, values.get(lit, 0))
-    for var in [*v.pooled.values(), *v.placed, *v.spread.values(), *v.span.all_vars()]:
+    for var in [*v.pooled.values(), *v.placed, *v.spread.values(), *v.span.all_vars(), *v.draws.all_vars()]:
         pm.model.add_hint(var, values.get(var, 0))
+
+
+def _touched(pm, problem: Problem, rep: GreedyReplica) -> set[str]:
+    """The spread-level domains a greedy replica uses, as the model marks them (cpsat.model._replicas_spread):
+    its candidate's for one inside the spread level, else those of the nodes it took GPUs from."""
+    level = problem.spread_level
+    assert level is not None
+    rank = LEVEL_RANK[level]
+    out: set[str] = set()
+    for g in rep.instances:
+        plan = problem.pools[g.pool]
+        cand = plan.candidates[g.candidate]
+        if inside_one(level, cand) and not plan.multi_node:
+            out.add(pm.spread_of(cand.domain, rank))
+        else:
+            out.update(d for n, _gpus in g.pods for d in node_marks(problem.topology, level, n))
+    return out

@@ -14,6 +14,8 @@ from ortools.sat.python import cp_model
 
 from placer.model.errors import InfeasibleError
 from placer.model.levels import LEVEL_RANK
+from placer.solver.cells import group_marks, inside_one, node_marks
+from placer.solver.cpsat.draws import group_demand, pin_draws, pinned_below, post_draws
 from placer.solver.cpsat.pods import pin_pieces, post_span, tight_draws, tight_nodes
 from placer.solver.cpsat.variables import Variables, create_variables
 from placer.solver.figures import free_in
@@ -66,6 +68,7 @@ class PlacementModel:
         self._domain_capacity_redundant()
         self._node_cpu_memory()
         self._spanning_pods_on_tight_nodes()
+        self._spanning_draws_per_group()
         self._colocation_inside_container()
         self._router_inside_container()
         self._replicas_spread()
@@ -131,6 +134,7 @@ class PlacementModel:
             by_sel[sel][n] = p
         span, tight = self.vars.span, self.vars.span.tight
         pieces = tight_draws(self)
+        pinned = pinned_below(self)
         for sel, supply in by_sel.items():
             demand: dict[str, list] = defaultdict(list)
             total = []
@@ -146,6 +150,10 @@ class PlacementModel:
                         mine = [-t for t in span.totals((key, ci))]
                         for d in self.topo.ancestors(cand.domain):
                             demand[d] += [plan.size * lit, *mine]
+                        for d, terms in group_demand(self, (key, ci)):  # spread: per group below it
+                            demand[d] += terms
+            for d, held in pinned.get(sel, {}).items():  # running instances' GPUs below their candidate
+                demand[d].append(held)
             self.model.add(sum(supply.values()) == sum(total))
             for n, p in supply.items():
                 if n in tight:
@@ -197,6 +205,11 @@ class PlacementModel:
         (cpsat.pods), and charged to the node; on roomy nodes they can never exceed it."""
         post_span(self, symmetry=self.problem.kept is None)
 
+    def _spanning_draws_per_group(self) -> None:
+        """Under spread, a spanning candidate broader than the spread level counts its GPUs per group
+        (cpsat.draws); _replicas_spread ties each group to the replica's cells."""
+        post_draws(self)
+
     # --- replica-level rules --------------------------------------------------------------------------
     def _colocation_inside_container(self) -> None:
         """Each member instance of a replica lies inside the replica's chosen container (transfer floor,
@@ -239,21 +252,34 @@ class PlacementModel:
                     self.model.add(r <= sum(holders))
 
     def _replicas_spread(self) -> None:
-        """No two replicas touch the same spread-level domain."""
+        """No two replicas touch the same spread-level domain. A candidate inside one marks it; a broader
+        one marks its groups' domains: by its GPUs per group (cpsat.draws), or, with one group, whenever used."""
         level = self.problem.spread_level
         if level is None:
             return
         rank = LEVEL_RANK[level]
+        v = self.vars
         uses: dict[tuple[int, str], list] = defaultdict(list)
-        for key, lits in self.vars.choice.items():
+        for key, lits in v.choice.items():
             plan = self.problem.pools[key[1]]
             if plan.multi_node:
                 continue  # its node literals below say which spread domains it touches
             for ci, lit in lits.items():
-                uses[(key[0], self.spread_of(plan.candidates[ci].domain, rank))].append((lit, self.vars.copies[key]))
-        for (k, _pool, _i), nodes in self.vars.node_of.items():
+                cand = plan.candidates[ci]
+                if inside_one(level, cand):
+                    uses[(key[0], self.spread_of(cand.domain, rank))].append((lit, v.copies[key]))
+                elif (key, ci) in v.draws.by:
+                    for g, (w, cap) in v.draws.by[(key, ci)].items():
+                        for d in group_marks(self.topo, level, g):
+                            uses[(key[0], d)].append((w, cap))
+                else:
+                    for g in v.draws.groups[(plan.name, ci)]:
+                        for d in group_marks(self.topo, level, g):
+                            uses[(key[0], d)].append((lit, v.copies[key]))
+        for (k, _pool, _i), nodes in v.node_of.items():
             for n, y in nodes.items():
-                uses[(k, self.spread_of(self.topo.node_domain[n], rank))].append((y, 1))
+                for d in node_marks(self.topo, level, n):
+                    uses[(k, d)].append((y, 1))
         by_domain: dict[str, list] = defaultdict(list)
         for (k, d), members in sorted(uses.items()):
             u = self.model.new_bool_var(f"spread[{k},{d}]")
@@ -287,6 +313,7 @@ class PlacementModel:
         counted: dict[tuple, int] = defaultdict(int)
         drawn: dict[tuple, int] = defaultdict(int)
         on_tight: dict[tuple, list] = defaultdict(list)  # kept spanning instances' pods on tight nodes
+        on_roomy: dict[tuple, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # ... and on roomy ones
         for (k, pool, i), inst in sorted(kept.instances.items()):
             plan = self.problem.pools[pool]
             ci = kept_candidate(self.problem, inst)
@@ -328,6 +355,9 @@ class PlacementModel:
                     on_tight[(key, ci)].append(
                         {n: len(p.gpus) for p, n in zip(inst.pods, nodes, strict=True) if n in v.span.tight}
                     )
+                    for p, n in zip(inst.pods, nodes, strict=True):
+                        if n not in v.span.tight:
+                            on_roomy[(key, ci)][n] += len(p.gpus)
         for (key, ci), count in sorted(counted.items()):
             if hard:
                 self.model.add(v.choice[key][ci] >= count)
@@ -340,6 +370,8 @@ class PlacementModel:
         for (key, ci), pods in sorted(on_tight.items()):
             if not pin_pieces(self.model, v.span, (key, ci), pods):
                 self._cannot_stay(f"running {key[1]} instances of replica {key[0]} have pods where no pod fits")
+        for (key, ci), roomy in sorted(on_roomy.items()):
+            pin_draws(self, (key, ci), roomy)
         for k, name in sorted(kept.routers.items()):
             r = v.router.get(k, {}).get(topo.node_by_name(name).index)
             if r is None:
@@ -377,7 +409,14 @@ class PlacementModel:
             for lits in (*v.choice.values(), *v.node_of.values(), *v.container.values(), *v.router.values())
             for lit in lits.values()
         ]
-        return out + [*v.pooled.values(), *v.placed, *v.spread.values(), *self.stays.values(), *v.span.all_vars()]
+        return out + [
+            *v.pooled.values(),
+            *v.placed,
+            *v.spread.values(),
+            *self.stays.values(),
+            *v.span.all_vars(),
+            *v.draws.all_vars(),
+        ]
 
     def moves_expr(self) -> cp_model.LinearExpr:
         """Soft-kept instances and routers that would leave where they run."""

@@ -6,7 +6,8 @@ domain and draws from that domain's pool, through one integer per (GPU selector,
 spanning instances. Instances of one pool in one replica are interchangeable too, so they are counted,
 not told apart: one integer per (replica, pool, candidate) — how many of the pool's instances go there —
 under the key (replica, pool, 0). Only multi-node instances with a fixed GPUs-per-node are kept one by one
-(their per-node booleans say which nodes each one takes).
+(their per-node booleans say which nodes each one takes). Under a spread rule, a spanning candidate broader
+than the spread level also counts its GPUs per spread-level group (cpsat.draws).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from placer.model.levels import LEVEL_RANK
+from placer.solver.cpsat.draws import Draws, create_draws
 from placer.solver.cpsat.pods import Span, create_span
 from placer.solver.figures import free_in
 from placer.solver.problem import Problem
@@ -34,22 +35,18 @@ class Variables:
     router: dict[int, dict[int, cp_model.IntVar]]  # replica -> node -> literal
     spread: dict[tuple[int, str], cp_model.IntVar] = field(default_factory=dict)
     span: Span = field(default_factory=Span)  # spanning instances' pods on tight nodes (cpsat.pods)
+    draws: Draws = field(default_factory=Draws)  # spanning GPUs per spread-level group (cpsat.draws)
 
 
 def allowed_candidates(problem: Problem, pool: str) -> list[int]:
-    """Candidates inside some container of every colocation the pool belongs to, and inside one
-    spread-level domain when replicas are spread."""
+    """Candidates inside some container of every colocation the pool belongs to. (Spread does not narrow
+    them: a candidate broader than the spread level carries the rule through its node literals or groups.)"""
     plan = problem.pools[pool]
     anc = problem.topology.ancestors
     out = []
-    spread_rank = LEVEL_RANK[problem.spread_level] if problem.spread_level else None
     for ci, cand in enumerate(plan.candidates):
         ups = set(anc(cand.domain))
         if any(pool in c.pools and not any(k.domain in ups for k in c.containers) for c in problem.colocations):
-            continue
-        # A multi-node instance's spread is held per node (its node literals), so its container may be broader
-        # than the spread level; any other instance must fit inside one spread-level domain.
-        if spread_rank is not None and LEVEL_RANK[cand.level] > spread_rank and not plan.multi_node:
             continue
         out.append(ci)
     return out
@@ -61,11 +58,13 @@ def create_variables(model: cp_model.CpModel, problem: Problem, tight: frozenset
     choice: dict = {}
     copies: dict = {}
     node_of: dict = {}
+    rooms: dict = {}
     for name, plan in problem.pools.items():
         allowed = allowed_candidates(problem, name)
         keys = range(plan.instances) if plan.multi_node else range(1)
         m = 1 if plan.multi_node else plan.instances
         room = {ci: min(m, _room(problem, plan, ci)) for ci in allowed}
+        rooms.update({(name, ci): r for ci, r in room.items()})
         for k in range(problem.replicas):
             for i in keys:
                 key = (k, name, i)
@@ -105,7 +104,8 @@ def create_variables(model: cp_model.CpModel, problem: Problem, tight: frozenset
         for k in range(problem.replicas):
             router[k] = {n: model.new_bool_var(f"r[{k},{n}]") for n in problem.router_nodes}
     span = create_span(model, problem, choice, tight)
-    return Variables(placed, choice, copies, node_of, pooled, container, router, span=span)
+    draws = create_draws(model, problem, choice, rooms)
+    return Variables(placed, choice, copies, node_of, pooled, container, router, span=span, draws=draws)
 
 
 def _room(problem: Problem, plan, ci: int) -> int:
