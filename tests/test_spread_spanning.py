@@ -288,3 +288,20 @@ def test_a_split_whose_domains_straddle_the_spread_level_is_one_model() -> None:
     envelope = Colocation("transfer", ("aggregated",), False, containers, "test")
     assert split_of(replace(problem, colocations=[envelope])) is None
     assert split_of(replace(problem, colocations=[envelope], spread_level=None)) is not None
+
+
+def test_a_split_whose_domains_share_no_spread_domain_is_kept() -> None:
+    # Rack r0 (broader than the spread level) and one node of NVLink domain nvl1 in r1: no two domains share
+    # a spread-level domain, so each per-domain model enforces the spread and the split stands (one model
+    # instead was 40x larger and left unproven on a 10k-GPU batch: spread over racks, router near a leaf,
+    # and one rack listed alone beside 39 leaves).
+    gpus = {"count": 4, "product": "H100", "memoryGiB": 80}
+    nodes = [{"name": f"a{j}", "rack": "r0", "gpus": gpus} for j in range(2)]
+    nodes += [{"name": f"b{j}", "rack": "r1", "nvlinkDomain": "nvl1", "gpus": gpus} for j in range(2)]
+    topo = build_topology(ClusterSpec.model_validate(cluster_document("apart", nodes, 8)))
+    doc = {**_spec(2, 2), "spread": {"level": "nvlink-domain"}}
+    problem = build_problem(ServingTopology.model_validate(doc), topo)
+    containers = tuple(Container(d, topo.order[d], 0.0, 0) for d in ("rack/r0", "node/b0"))
+    envelope = Colocation("transfer", ("aggregated",), False, containers, "test")
+    split = split_of(replace(problem, colocations=[envelope]))
+    assert split is not None and split.groups == ((0,), (1,)) and not split.one_per_group

@@ -78,12 +78,14 @@ def split_of(problem: Problem) -> Split | None:
     if level is None:
         return Split(domains, tuple((i,) for i in range(len(domains))), False)
     owners = [topo.domain_at(d, level) for d in domains]
-    if all(owner is None for owner in owners):
-        # The spread level is narrower than every domain: each spread-level domain lies inside one of them
-        # (even a spanning instance's), so the per-domain models enforce the spread.
-        return Split(domains, tuple((i,) for i in range(len(domains))), False)
     if any(owner is None for owner in owners):
-        return None  # some domains share spread-level domains, others hold several: one model
+        named = [owner for owner in owners if owner is not None]
+        if len(named) != len(set(named)):
+            return None  # some domains share spread-level domains, others hold several: one model
+        # No two domains share a spread-level domain: each holds whole ones (the spread level is narrower) or
+        # is alone inside its own, so every spread-level domain (even a spanning instance's) lies inside one
+        # of them and the per-domain models enforce the spread.
+        return Split(domains, tuple((i,) for i in range(len(domains))), False)
     by_spread: dict[str, list[int]] = {}
     for i, owner in enumerate(owners):
         by_spread.setdefault(owner, []).append(i)  # type: ignore[arg-type]
