@@ -1,5 +1,8 @@
 """How far could a joint fleet placement get? A rack-aware integer relaxation of a batch, measured.
 
+A probe of the solver's internals (its problems, slot sizes and one-deployment solve), not a measure of what
+users run, so tests/test_layout.py lists it among the bench scripts allowed past the public surface.
+
 bench/FLEET.md reports a gap of 2-3 % on the saturated seeds between the batch's cost (deployments placed
 one after another) and `fleet_bound` (every instance at its cheapest place, telemetry from the cheapest free
 GPUs, racks ignored). This script asks which side the gap is on, for the same placed replicas:
