@@ -305,3 +305,23 @@ def test_a_split_whose_domains_share_no_spread_domain_is_kept() -> None:
     envelope = Colocation("transfer", ("aggregated",), False, containers, "test")
     split = split_of(replace(problem, colocations=[envelope]))
     assert split is not None and split.groups == ((0,), (1,)) and not split.one_per_group
+
+
+def test_the_greedy_places_multi_node_instances_broader_than_the_spread_level() -> None:
+    # Four nodes of four H100 in one rack; TP8 over two nodes (4 GPUs each) anywhere in the rack, two replicas
+    # spread over nodes. Each replica takes two whole nodes. The warm start used to skip a multi-node
+    # instance whose container is broader than the spread level (no hint, and the anchor search, which needs
+    # the greedy's placement, gave up); it now places both replicas, as the model does.
+    from placer.solver.greedy import greedy
+
+    gpus = {"count": 4, "product": "H100", "memoryGiB": 80}
+    nodes = [{"name": f"n{j}", "rack": "r0", "gpus": gpus} for j in range(4)]
+    topo = build_topology(ClusterSpec.model_validate(cluster_document("mn", nodes, 8)))
+    doc = _spec(8, 2)
+    doc["pools"]["aggregated"] |= {"nodeCount": 2, "gpusPerNode": 4, "placement": {"required": "rack"}}
+    doc["spread"] = {"level": "node"}
+    problem = build_problem(ServingTopology.model_validate(doc), topo)
+    start = greedy(problem)
+    assert len(start) == 2
+    nodes_of = [{n for g in rep.instances for n, _gpus in g.pods} for rep in start]
+    assert all(len(s) == 2 for s in nodes_of) and not nodes_of[0] & nodes_of[1]
