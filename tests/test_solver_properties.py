@@ -251,9 +251,11 @@ def test_spanning_pods_on_cpu_tight_nodes_match_brute_force(cluster_d, spec_d):
     _assert_matches_brute_force(cluster_d, spec_d)
 
 
-def _assert_matches_brute_force(cluster_d: dict, spec_d: dict) -> None:
+def solved_with_brute_force(spec_d: dict, cluster_d: dict):
+    """(spec, topology, placer's placement or None, the brute force's answer). Draws placer refuses as bad
+    input (a TP3 instance required on one node of 2-GPU nodes), or too large to enumerate, are not drawn."""
     spec, topo, placement = _solve(spec_d, cluster_d)
-    if placement is None:  # placer refuses a TP3 instance required on one node of 2-GPU nodes as bad input
+    if placement is None:
         try:
             build_problem(spec, topo)
         except InputError:
@@ -263,7 +265,11 @@ def _assert_matches_brute_force(cluster_d: dict, spec_d: dict) -> None:
     # The enumeration grows as compositions ** instances x routers ** replicas: a rare draw took over ten
     # minutes. Such draws are skipped (the rest still cover every rule), so the suite stays bounded.
     assume(_search_space(spec, topo) <= BRUTE_FORCE_LIMIT)
-    expected = brute_force(spec, topo)
+    return spec, topo, placement, brute_force(spec, topo)
+
+
+def _assert_matches_brute_force(cluster_d: dict, spec_d: dict) -> None:
+    spec, topo, placement, expected = solved_with_brute_force(spec_d, cluster_d)
     if placement is None:
         assert expected is None, f"solver found nothing, brute force found {expected}"
         return

@@ -11,20 +11,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_solver_properties import (
-    BRUTE_FORCE_LIMIT,
-    _search_space,
-    _solve,
-    brute_force,
-    cluster_document,
-    specs,
-)
+from test_solver_properties import _solve, cluster_document, solved_with_brute_force, specs
 
 from placer.check.verify import check
 from placer.model.cluster import ClusterSpec
-from placer.model.errors import InfeasibleError, InputError
 from placer.model.levels import LEVEL_RANK
 from placer.model.placement import InstancePlacement, Pod
 from placer.model.spec import ServingTopology
@@ -183,16 +175,7 @@ def test_spread_places_as_many_replicas_as_brute_force(cluster_d, spec_d, level,
     # Over the sockets of PCIe nodes the model is conservative (placer.solver.cells): there only soundness
     # and "never more than fit" are asked.
     spec_d = {**spec_d, "replicas": 2, "minReplicas": floor, "spread": {"level": level}}
-    spec, topo, placement = _solve(spec_d, cluster_d)
-    if placement is None:
-        try:
-            build_problem(spec, topo)
-        except InputError:
-            assume(False)
-        except InfeasibleError:
-            pass
-    assume(_search_space(spec, topo) <= BRUTE_FORCE_LIMIT)
-    expected = brute_force(spec, topo)
+    spec, topo, placement, expected = solved_with_brute_force(spec_d, cluster_d)
     if placement is not None:
         report = check(spec, topo, placement)
         assert report.ok, report.violations
@@ -273,21 +256,27 @@ def test_the_anchor_cap_counts_sockets_under_socket_spread() -> None:
     assert anchor is not None and anchor.cap == (2, 2)
 
 
+def _split_over(domains: tuple[str, ...], spread: str | None = "nvlink-domain"):
+    """split_of for two replicas whose envelope lists ``domains`` on a toy: rack r0 of two nodes, rack r1 of
+    two nodes in NVLink domain nvl1 (b0, b1); spread over NVLink domains unless ``spread`` says otherwise."""
+    gpus = {"count": 4, "product": "H100", "memoryGiB": 80}
+    nodes = [{"name": f"a{j}", "rack": "r0", "gpus": gpus} for j in range(2)]
+    nodes += [{"name": f"b{j}", "rack": "r1", "nvlinkDomain": "nvl1", "gpus": gpus} for j in range(2)]
+    topo = build_topology(ClusterSpec.model_validate(cluster_document("split", nodes, 8)))
+    doc = {**_spec(2, 2), "spread": {"level": "nvlink-domain"}}
+    problem = build_problem(ServingTopology.model_validate(doc), topo)
+    containers = tuple(Container(d, topo.order[d], 0.0, 0) for d in domains)
+    envelope = Colocation("transfer", ("aggregated",), False, containers, "test")
+    return split_of(replace(problem, colocations=[envelope], spread_level=spread))
+
+
 def test_a_split_whose_domains_straddle_the_spread_level_is_one_model() -> None:
     # The envelope's domains: rack r0 (broader than the spread level, nvlink-domain) and two nodes of one
     # NVLink domain in r1. The nodes share a spread-level domain, the rack holds several: no one grouping
     # of the split says both, so the problem is solved as one model (it had no groups: two replicas could
     # take the two nodes of one NVLink domain).
-    gpus = {"count": 4, "product": "H100", "memoryGiB": 80}
-    nodes = [{"name": f"a{j}", "rack": "r0", "gpus": gpus} for j in range(2)]
-    nodes += [{"name": f"b{j}", "rack": "r1", "nvlinkDomain": "nvl1", "gpus": gpus} for j in range(2)]
-    topo = build_topology(ClusterSpec.model_validate(cluster_document("straddle", nodes, 8)))
-    doc = {**_spec(2, 2), "spread": {"level": "nvlink-domain"}}
-    problem = build_problem(ServingTopology.model_validate(doc), topo)
-    containers = tuple(Container(d, topo.order[d], 0.0, 0) for d in ("rack/r0", "node/b0", "node/b1"))
-    envelope = Colocation("transfer", ("aggregated",), False, containers, "test")
-    assert split_of(replace(problem, colocations=[envelope])) is None
-    assert split_of(replace(problem, colocations=[envelope], spread_level=None)) is not None
+    assert _split_over(("rack/r0", "node/b0", "node/b1")) is None
+    assert _split_over(("rack/r0", "node/b0", "node/b1"), spread=None) is not None
 
 
 def test_a_split_whose_domains_share_no_spread_domain_is_kept() -> None:
@@ -295,15 +284,7 @@ def test_a_split_whose_domains_share_no_spread_domain_is_kept() -> None:
     # a spread-level domain, so each per-domain model enforces the spread and the split stands (one model
     # instead was 40x larger and left unproven on a 10k-GPU batch: spread over racks, router near a leaf,
     # and one rack listed alone beside 39 leaves).
-    gpus = {"count": 4, "product": "H100", "memoryGiB": 80}
-    nodes = [{"name": f"a{j}", "rack": "r0", "gpus": gpus} for j in range(2)]
-    nodes += [{"name": f"b{j}", "rack": "r1", "nvlinkDomain": "nvl1", "gpus": gpus} for j in range(2)]
-    topo = build_topology(ClusterSpec.model_validate(cluster_document("apart", nodes, 8)))
-    doc = {**_spec(2, 2), "spread": {"level": "nvlink-domain"}}
-    problem = build_problem(ServingTopology.model_validate(doc), topo)
-    containers = tuple(Container(d, topo.order[d], 0.0, 0) for d in ("rack/r0", "node/b0"))
-    envelope = Colocation("transfer", ("aggregated",), False, containers, "test")
-    split = split_of(replace(problem, colocations=[envelope]))
+    split = _split_over(("rack/r0", "node/b0"))
     assert split is not None and split.groups == ((0,), (1,)) and not split.one_per_group
 
 
