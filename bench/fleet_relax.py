@@ -72,11 +72,7 @@ class Relaxation:
 
 def _rack_or_wider(topo: Topology, domain: str) -> str:
     """A container narrower than a rack is relaxed to its rack (node groups are kept per rack)."""
-    out = domain
-    for up in topo.ancestors(domain):
-        if LEVEL_RANK[topo.domains[up].level] <= LEVEL_RANK["rack"]:
-            out = up
-    return out
+    return topo.domain_at(domain, "rack") or domain
 
 
 def _narrowest_first(problem: Problem) -> list[Colocation]:
