@@ -306,3 +306,48 @@ def test_the_greedy_places_multi_node_instances_broader_than_the_spread_level() 
     assert len(start) == 2
     nodes_of = [{n for g in rep.instances for n, _gpus in g.pods} for rep in start]
     assert all(len(s) == 2 for s in nodes_of) and not nodes_of[0] & nodes_of[1]
+
+
+def test_a_spread_rule_on_one_replica_adds_nothing_to_the_model() -> None:
+    """With one replica there is no second one to share a domain with (the checker finds nothing to
+    compare), so spread must not cost variables: it used to build every spanning instance's draws."""
+    from placer.solver.cpsat.model import PlacementModel
+
+    topo = build_topology(ClusterSpec.model_validate(_cluster({"r0": (2, 2), "r1": (2, 2), "r2": (2, 2)})))
+    lone = _spec(8, 1)
+    free_of_it = {k: v for k, v in lone.items() if k != "spread"}
+    sizes = [
+        len(PlacementModel(build_problem(ServingTopology.model_validate(doc), topo)).model.proto.variables)
+        for doc in (lone, free_of_it)
+    ]
+    assert sizes[0] == sizes[1]
+    spec = ServingTopology.model_validate(lone)
+    placement = place(spec, topo)
+    assert len(placement.replicas) == 1 and len(_racks(topo, placement.replicas[0])) >= 2
+    assert check(spec, topo, placement).violations == []
+
+
+def test_a_domain_inside_one_spread_domain_is_never_solved_for_two_replicas() -> None:
+    # Rack r0 (two nodes, 2 GPUs free each; broader than the spread level) and node b0 alone inside NVLink
+    # domain nvl1: the split stands, and b0 can host one replica at most. Its entry for two replicas was
+    # solved all the same (and found infeasible): wasted work on every such split.
+    from placer.solver.decompose import solve_by_domain
+    from placer.solver.options import Budget
+
+    gpus = {"count": 4, "product": "H100", "memoryGiB": 80}
+    nodes = [{"name": f"a{j}", "rack": "r0", "gpus": gpus, "busy": [0, 1]} for j in range(2)]
+    nodes += [{"name": f"b{j}", "rack": "r1", "nvlinkDomain": "nvl1", "gpus": gpus} for j in range(2)]
+    topo = build_topology(ClusterSpec.model_validate(cluster_document("split", nodes, 8)))
+    problem = build_problem(ServingTopology.model_validate({**_spec(2, 2), "spread": {"level": "nvlink-domain"}}), topo)
+    containers = tuple(Container(d, topo.order[d], 0.0, 0) for d in ("rack/r0", "node/b0"))
+    problem = replace(problem, colocations=[Colocation("transfer", ("aggregated",), False, containers, "test")])
+    split = split_of(problem)
+    assert split is not None and not split.one_per_group
+    lines: list[str] = []
+    options = SolveOptions(time_limit_s=10, log=lines.append)
+    out = solve_by_domain(problem, split, options, Budget.of(options))
+    entries = {line.split("]")[0].lstrip("[") for line in lines if " x" in line.split("]")[0]}
+    assert "node/b0 x2" not in entries and entries
+    assert len(out.replicas) == 2 and out.proven
+    placement = place(problem.spec, topo)
+    assert len(placement.replicas) == 2 and check(problem.spec, topo, placement).violations == []

@@ -217,9 +217,11 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, budge
     t0 = time.perf_counter()
     topo = problem.topology
     per_replica = sum(plan.size * plan.instances for plan in problem.pools.values())
-    cap = 1 if split.one_per_group else problem.replicas
     room = [
-        min(cap, sum(len(topo.nodes[n].free_gpus) for n in topo.domains[d].nodes) // max(1, per_replica))
+        min(
+            _cap(problem, split, d),
+            sum(len(topo.nodes[n].free_gpus) for n in topo.domains[d].nodes) // max(1, per_replica),
+        )
         for d in split.domains
     ]
     parts = partition(problem, split)
@@ -308,6 +310,15 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, budge
     # domain by domain; short of a proof no cost bound is claimed.
     bound = cost if proven else None
     return Outcome(tuple(replicas), misses, cost, bound, proven, notes, {"search": time.perf_counter() - t0})
+
+
+def _cap(problem: Problem, split: Split, domain: str) -> int:
+    """The most replicas a domain of the split may host: one where they are spread over a level at or above
+    it (a group or a domain inside one spread-level domain), so no entry of more is ever solved."""
+    level = problem.spread_level
+    if split.one_per_group or (level is not None and problem.topology.domain_at(domain, level) is not None):
+        return 1
+    return problem.replicas
 
 
 def _level_word(topo: Topology, domains: tuple[str, ...]) -> str:

@@ -195,7 +195,8 @@ def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
         colocations=[],
         replicas=spec.replicas,
         min_replicas=spec.replicas_floor,
-        spread_level=spec.spread.level if spec.spread else None,
+        # One replica cannot share a domain with another: no spread rule to model (the checker agrees).
+        spread_level=spec.spread.level if spec.spread and spec.replicas > 1 else None,
         telemetry_units=telemetry,
         kv_bytes=cost.kv_cache_bytes(
             m.layers, m.kv_heads, m.head_dim, m.bytes_per_element, spec.workload.prompt_tokens
