@@ -149,6 +149,7 @@ def test_bench_uses_only_the_public_surface() -> None:
     # Probes that measure the solver's own internals rather than what users run, each with the reason.
     probes = {
         "fleet_relax.py": "an integer relaxation of a batch, built from the solver's problems (bench/NOTES.md)",
+        "fleet_prices.py": "node prices for a batch's tier, through the one-deployment solve (bench/NOTES.md)",
     }
     bench = ROOT / "bench"
     private = []
