@@ -274,3 +274,18 @@ def test_readers_ignore_what_kubectl_adds(tmp_path, target):
     want = run("explain", str(plain), "-c", str(SMALL))
     assert got.returncode == 0, got.stderr
     assert got.stdout == want.stdout
+
+
+@pytest.mark.parametrize("target", ["kai", "grove"])
+def test_the_shared_topology_object_is_the_same_bytes_in_every_deployment_s_stream(target):
+    """Every deployment on a cluster carries the cluster's Topology / ClusterTopologyBinding; applying one
+    must not relabel it for the others (it named the deployment that emitted it, so each apply changed it)."""
+    from test_cli import DISAGG
+
+    shared = []
+    for spec in (AGG, DISAGG):
+        out = run("solve", spec, ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml", "--target", target, "-q")
+        assert out.returncode == 0, out.stderr
+        shared.append([d for d in _docs(out.stdout) if "namespace" not in d["metadata"]])
+    assert len(shared[0]) == 1 and shared[0] == shared[1]
+    assert _shared(shared[0][0]) and "app.kubernetes.io/part-of" not in _labels(shared[0][0])

@@ -172,16 +172,14 @@ def version_key(release: str) -> tuple[int, ...]:
     return numbers + (0,) * (4 - len(numbers))  # 1.12 == 1.12.0
 
 
-def cluster_labels(spec: ServingTopology, component: str) -> dict[str, str]:
-    """Labels of a cluster-scoped object a deployment emits (a topology shared by the cluster's deployments)."""
-    name = spec.metadata.name
-    return {
-        "app.kubernetes.io/name": name,
-        "app.kubernetes.io/instance": name,
-        "app.kubernetes.io/component": component,
-        "app.kubernetes.io/part-of": name,
-        "app.kubernetes.io/managed-by": "placer",
-    }
+# A cluster's shared objects (KAI Topology, Grove ClusterTopologyBinding, --topology-objects) are labelled as
+# placer's topology, not as any deployment's: every deployment's stream then carries the same bytes, and
+# applying one deployment does not relabel what the others use.
+TOPOLOGY_LABELS = {
+    "app.kubernetes.io/name": "placer-topology",
+    "app.kubernetes.io/component": "topology",
+    "app.kubernetes.io/managed-by": "placer",
+}
 
 
 def labels(spec: ServingTopology, replica: int, component: str) -> dict[str, str]:

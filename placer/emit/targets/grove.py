@@ -32,9 +32,9 @@ from typing import Any
 
 from placer.emit.targets.common import (
     RANK_LABEL,
+    TOPOLOGY_LABELS,
     Context,
     affinity,
-    cluster_labels,
     dns_label,
     engine_container,
     hostname,
@@ -82,7 +82,7 @@ def binding_doc(ctx: Context) -> dict[str, Any]:
     return {
         "apiVersion": "grove.io/v1alpha1",
         "kind": "ClusterTopologyBinding",
-        "metadata": {"name": binding_name(ctx), "labels": cluster_labels(ctx.spec, "topology")},
+        "metadata": {"name": binding_name(ctx), "labels": dict(TOPOLOGY_LABELS)},
         "spec": {"levels": [{"domain": d, "key": k} for d, k in _levels(ctx)]},
     }
 

@@ -26,8 +26,8 @@ from typing import Any
 
 from placer.emit.targets.common import (
     HOSTNAME,
+    TOPOLOGY_LABELS,
     Context,
-    cluster_labels,
     engine_pod,
     replica_pods,
 )
@@ -58,7 +58,7 @@ def topology_doc(ctx: Context) -> dict[str, Any]:
     return {
         "apiVersion": TOPOLOGY_API,
         "kind": "Topology",
-        "metadata": {"name": topology_name(ctx), "labels": cluster_labels(ctx.spec, "topology")},
+        "metadata": {"name": topology_name(ctx), "labels": dict(TOPOLOGY_LABELS)},
         "spec": {"levels": levels},
     }
 

@@ -31,7 +31,7 @@ import re
 from typing import Any
 
 from placer.emit.targets import TOPOLOGY_TARGETS, kai, volcano
-from placer.emit.targets.common import HOSTNAME, Context
+from placer.emit.targets.common import HOSTNAME, TOPOLOGY_LABELS, Context
 from placer.model.errors import InputError
 
 # Kueue release -> (Topology, ResourceFlavor) API, newest first: v1beta2 from v0.15.0 (v1beta1 deprecated
@@ -45,13 +45,6 @@ HYPERNODE_API = "topology.volcano.sh/v1alpha1"
 TIER_NAME = "1.14.0"  # HyperNode spec.tierName exists from Volcano 1.14.0
 NAME_MAX = 63  # Volcano's webhook checks each member's exactMatch name as a qualified name
 GPU_PRESENT = ("nvidia.com/gpu.present", "true")  # set by GPU Feature Discovery on every GPU node
-# The cluster's objects, shared by its deployments: labelled as placer's topology, not as any deployment's
-# (a deployment's labels would change with each one applied, and its ApplySet would prune them)
-LABELS = {
-    "app.kubernetes.io/name": "placer-topology",
-    "app.kubernetes.io/component": "topology",
-    "app.kubernetes.io/managed-by": "placer",
-}
 
 
 def topology_objects(ctx: Context, target: str) -> list[dict[str, Any]]:
@@ -75,7 +68,7 @@ def level_labels(ctx: Context) -> list[str]:
 
 def kueue_objects(ctx: Context) -> list[dict[str, Any]]:
     name = kai.topology_name(ctx)
-    labels = dict(LABELS)
+    labels = dict(TOPOLOGY_LABELS)
     _, topology_api, flavor_api = next(
         (row for row in KUEUE_APIS if not ctx.version_below(row[0])), KUEUE_APIS[-1]
     )  # older than 0.13 is refused by the kueue target itself
@@ -133,7 +126,7 @@ def hypernodes(ctx: Context) -> list[dict[str, Any]]:
             {
                 "apiVersion": HYPERNODE_API,
                 "kind": "HyperNode",
-                "metadata": {"name": names[d.id], "labels": dict(LABELS)},
+                "metadata": {"name": names[d.id], "labels": dict(TOPOLOGY_LABELS)},
                 "spec": {"tier": tiers[_level(d.level)], "members": members}
                 | ({} if ctx.version_below(TIER_NAME) else {"tierName": _level(d.level)}),
             }
