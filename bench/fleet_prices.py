@@ -7,13 +7,15 @@ bench/FLEET.md's saturated seeds keep a gap of 2-3 % to `fleet_bound`. For one p
 on the state the higher tiers left (the batch never makes a higher tier worse for a lower one), with the
 tier's placed deployments and their replica counts fixed:
 
-1. *The bound side.* Relax the only thing the deployments of a tier share, each node's free GPUs, with a
-   price lam[n] >= 0 per GPU: L(lam) = sum over deployments of its optimum alone with telemetry raised by
-   lam (or the solve's proven bound where it stopped early) - sum of lam[n] x free[n]. Every L(lam) is a
-   lower bound on the tier's joint cost (every joint placement is a placement of each deployment alone), and
-   its best over lam is the bound of the convex hull of each deployment's placements: the strongest bound
-   that coordinates deployments only through node capacity. lam follows the subgradient (GPUs asked beyond
-   free per node), step theta x (tier cost - L) / |g|^2, theta shrinking each iteration.
+1. *The bound side.* Relax what the deployments of a tier compete for, each node's free GPUs, with a
+   price lam[n] >= 0 per GPU (CPU and memory are shared too; leaving them out keeps it a bound):
+   L(lam) = sum over deployments of its optimum alone with telemetry raised by lam (or its solve's, or
+   the greedy certificate's, proven bound where that is all it has) - sum of lam[n] x free[n]. Every
+   L(lam) is a lower bound on the tier's joint cost (every joint placement is a placement of each
+   deployment alone); its best over lam (the Lagrangian dual) is the strongest bound that coordinates
+   deployments only through node capacity, and the best of the iterations run is a lower estimate of it.
+   lam follows the subgradient (GPUs asked beyond free per node), step theta x (tier cost - L) / |g|^2,
+   theta shrinking each iteration.
 2. *The placement side.* The tier re-placed one after another in the batch's order, each deployment
    solved with telemetry raised by m x lam (the final prices, for a few multipliers m): the classic
    Lagrangian heuristic. Its true cost (prices taken off) against the batch's says what price coordination
@@ -175,7 +177,7 @@ def report(rows: list[dict], iterations: int) -> str:
         "bench/FLEET.md (DGX H100 10k, 100 specs); each tier on the state the higher tiers left, its placed "
         "deployments and replica counts fixed. Every solve runs on its deterministic work budget, so the figures "
         "repeat. Costs in the solver's units. 'fewest' counts deployments whose batch placement has the fewest "
-        "misses (the dual is a bound against arrangements that keep them; all should). 'dual' is the best "
+        "misses (for the others the dual counts their any-miss bound). 'dual' is the best "
         "L(lam) (a valid lower bound on the tier's joint cost); 'priced x m' the true cost of re-placing the "
         "tier in order with telemetry raised by m x the final prices, its change against the batch, and the "
         "deployments it lost (a lost one's cost is missing from its figure).",

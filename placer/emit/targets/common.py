@@ -174,7 +174,7 @@ def version_key(release: str) -> tuple[int, ...]:
 
 # A cluster's shared objects (KAI Topology, Grove ClusterTopologyBinding, --topology-objects) are labelled as
 # placer's topology, not as any deployment's: every deployment's stream then carries the same bytes, and
-# applying one deployment does not relabel what the others use.
+# applying one deployment does not change placer's labels on what the others use.
 TOPOLOGY_LABELS = {
     "app.kubernetes.io/name": "placer-topology",
     "app.kubernetes.io/component": "topology",
