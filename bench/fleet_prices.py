@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 import fleet_relax  # noqa: E402
+from fleet_relax import _pct  # noqa: E402
 
 from placer.model.errors import InfeasibleError  # noqa: E402
 from placer.model.placement import Placement  # noqa: E402
@@ -90,6 +91,21 @@ def problem_terms_bound(problem: Problem, n: int) -> int:
     return _combine([problem_terms(problem, n, fewest=False)], problem.topology)
 
 
+def lagrangian(problems: list[Problem], fewest: list[bool], start: Topology, lam: list[float]) -> tuple[int, list[int]]:
+    """L(lam), and the GPUs per node the deployments take when each is solved alone under the prices."""
+    value, used = 0, [0] * len(start.nodes)
+    for problem, least in zip(problems, fewest, strict=True):
+        pl = place_one(priced(problem, lam), SOLVE, Budget.of(SOLVE))
+        stats = pl.stats
+        assert stats.status == "optimal" or stats.bound is not None, "no proven bound: L would not be one"
+        own = stats.objective if stats.status == "optimal" else stats.bound
+        # Its optimum has the fewest misses; where the batch's placement has more, a cheaper one may too.
+        value += own if least else problem_terms_bound(priced(problem, lam), len(pl.replicas))
+        for n, g in gpus_per_node(pl, start).items():
+            used[n] += g
+    return value - sum(round(p) * len(node.free_gpus) for p, node in zip(lam, start.nodes, strict=True)), used
+
+
 def dual(
     problems: list[Problem], fewest: list[bool], start: Topology, upper: int, iterations: int
 ) -> tuple[int, list[float], int]:
@@ -98,17 +114,7 @@ def dual(
     lam = [0.0] * len(free)
     best, theta = 0, 0.05
     for it in range(iterations):
-        value, used = 0, [0] * len(free)
-        for problem, least in zip(problems, fewest, strict=True):
-            pl = place_one(priced(problem, lam), SOLVE, Budget.of(SOLVE))
-            stats = pl.stats
-            assert stats.status == "optimal" or stats.bound is not None, "no proven bound: L would not be one"
-            own = stats.objective if stats.status == "optimal" else stats.bound
-            # Its optimum has the fewest misses; where the batch's placement has more, a cheaper one may too.
-            value += own if least else problem_terms_bound(priced(problem, lam), len(pl.replicas))
-            for n, g in gpus_per_node(pl, start).items():
-                used[n] += g
-        value -= sum(round(p) * f for p, f in zip(lam, free, strict=True))
+        value, used = lagrangian(problems, fewest, start, lam)
         best = max(best, value)
         grad = [u - f for u, f in zip(used, free, strict=True)]
         norm = sum(g * g for g, p in zip(grad, lam, strict=True) if g > 0 or p > 0)
@@ -161,10 +167,6 @@ def one_seed(seed: int, iterations: int, tmp: Path) -> list[dict]:
         rows.append(row)
         print(row, file=sys.stderr, flush=True)
     return rows
-
-
-def _pct(a: int, b: int) -> str:
-    return f"{(a - b) / a:.2%}"
 
 
 def report(rows: list[dict], iterations: int) -> str:

@@ -121,3 +121,37 @@ def test_fleet_relaxation_admits_the_batch(tmp_path):
     chosen = {d: set(c) for d, c in where.items()}
     again, _fallbacks, lost, cost = relax_bench.realise(placed, topo, chosen)
     assert not lost and len(again) == len(placed) and cost > 0
+
+
+def test_fleet_prices_lagrangian_is_below_the_batch_s_own_priced_cost(tmp_path):
+    """bench/fleet_prices.py's L(lam) is a lower bound only if it never exceeds what the batch's own placement
+    of the tier (a joint placement) costs under the same prices: cost + sum lam[n] x (used[n] - free[n]).
+    Prices are drawn large (up to 20x the dearest GPU's telemetry) on the nodes the tier uses, so a wrong
+    price term cannot hide; the subgradient's own values stay under the tier's cost."""
+    import random
+
+    spec = importlib.util.spec_from_file_location("bench_fleet_prices", ROOT / "bench" / "fleet_prices.py")
+    prices = importlib.util.module_from_spec(spec)
+    sys.modules["bench_fleet_prices"] = prices
+    spec.loader.exec_module(prices)
+
+    fleet, base, _pairs = prices.fleet_relax.batch(0, 2048, 30, tmp_path)
+    rng = random.Random(0)
+    for priority in sorted({p.deployment.priority for p in fleet.placed}, reverse=True):
+        tier = [p for p in fleet.placed if p.deployment.priority == priority]
+        start = prices._state_after(base, [p for p in fleet.placed if p.deployment.priority > priority])
+        problems = [
+            prices._fixed_replicas(prices._problem(p.deployment, start), len(p.placement.replicas)) for p in tier
+        ]
+        fewest = [prices.fewest_misses(pb, p.placement) for pb, p in zip(problems, tier, strict=True)]
+        cost = sum(p.placement.stats.objective or 0 for p in tier)
+        used = [0] * len(start.nodes)
+        for p in tier:
+            for n, g in prices.gpus_per_node(p.placement, start).items():
+                used[n] += g
+        dearest = max(max(pb.telemetry_units) for pb in problems)
+        lam = [rng.uniform(0, 20 * dearest) if u else 0.0 for u in used]
+        value, _ = prices.lagrangian(problems, fewest, start, lam)
+        own = cost + sum(round(x) * (u - len(n.free_gpus)) for x, u, n in zip(lam, used, start.nodes, strict=True))
+        assert value <= own, (priority, value, own)
+        assert 0 < prices.dual(problems, fewest, start, cost, 3)[0] <= cost
