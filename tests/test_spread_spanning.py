@@ -256,18 +256,24 @@ def test_the_anchor_cap_counts_sockets_under_socket_spread() -> None:
     assert anchor is not None and anchor.cap == (2, 2)
 
 
-def _split_over(domains: tuple[str, ...], spread: str | None = "nvlink-domain"):
-    """split_of for two replicas whose envelope lists ``domains`` on a toy: rack r0 of two nodes, rack r1 of
-    two nodes in NVLink domain nvl1 (b0, b1); spread over NVLink domains unless ``spread`` says otherwise."""
+def _enveloped(domains: tuple[str, ...], spread: str | None = "nvlink-domain", r0_busy: tuple[int, ...] = ()):
+    """Two replicas whose envelope lists ``domains`` on a toy: rack r0 of two nodes (``r0_busy`` GPUs busy on
+    each), rack r1 of two nodes in NVLink domain nvl1 (b0, b1); spread over NVLink domains unless ``spread``
+    says otherwise."""
     gpus = {"count": 4, "product": "H100", "memoryGiB": 80}
-    nodes = [{"name": f"a{j}", "rack": "r0", "gpus": gpus} for j in range(2)]
+    nodes = [{"name": f"a{j}", "rack": "r0", "gpus": gpus, "busy": list(r0_busy)} for j in range(2)]
     nodes += [{"name": f"b{j}", "rack": "r1", "nvlinkDomain": "nvl1", "gpus": gpus} for j in range(2)]
     topo = build_topology(ClusterSpec.model_validate(cluster_document("split", nodes, 8)))
     doc = {**_spec(2, 2), "spread": {"level": "nvlink-domain"}}
     problem = build_problem(ServingTopology.model_validate(doc), topo)
     containers = tuple(Container(d, topo.order[d], 0.0, 0) for d in domains)
     envelope = Colocation("transfer", ("aggregated",), False, containers, "test")
-    return split_of(replace(problem, colocations=[envelope], spread_level=spread))
+    return replace(problem, colocations=[envelope], spread_level=spread)
+
+
+def _split_over(domains: tuple[str, ...], spread: str | None = "nvlink-domain"):
+    """split_of for the toy of _enveloped."""
+    return split_of(_enveloped(domains, spread))
 
 
 def test_a_split_whose_domains_straddle_the_spread_level_is_one_model() -> None:
@@ -334,13 +340,8 @@ def test_a_domain_inside_one_spread_domain_is_never_solved_for_two_replicas() ->
     from placer.solver.decompose import solve_by_domain
     from placer.solver.options import Budget
 
-    gpus = {"count": 4, "product": "H100", "memoryGiB": 80}
-    nodes = [{"name": f"a{j}", "rack": "r0", "gpus": gpus, "busy": [0, 1]} for j in range(2)]
-    nodes += [{"name": f"b{j}", "rack": "r1", "nvlinkDomain": "nvl1", "gpus": gpus} for j in range(2)]
-    topo = build_topology(ClusterSpec.model_validate(cluster_document("split", nodes, 8)))
-    problem = build_problem(ServingTopology.model_validate({**_spec(2, 2), "spread": {"level": "nvlink-domain"}}), topo)
-    containers = tuple(Container(d, topo.order[d], 0.0, 0) for d in ("rack/r0", "node/b0"))
-    problem = replace(problem, colocations=[Colocation("transfer", ("aggregated",), False, containers, "test")])
+    problem = _enveloped(("rack/r0", "node/b0"), r0_busy=(0, 1))
+    topo = problem.topology
     split = split_of(problem)
     assert split is not None and not split.one_per_group
     lines: list[str] = []
