@@ -354,24 +354,26 @@ def test_plan_on_the_fixture_batch_frees_a_leaf_with_one_move(tmp_path):
 
 
 def test_a_deployment_left_out_one_by_one_is_placed_jointly(tmp_path):
-    # n1 (4 free) and n2 (8 free) report cache hits, so they are cheap; n3 and n4 have 4 free each and report
+    # n1 (2 free) and n2 (4 free) report cache hits, so they are cheap; n3 and n4 have 2 free each and report
     # misses (an unknown hit rate would be neutral, the mean of the known ones: docs/DESIGN.md).
-    # "wide" (3 x TP4, the larger, placed first) alone takes n1 + n2; then "whole" (TP8) has no whole node.
-    # Together: wide on n1, n3, n4 and whole on n2.
+    # "wide" (3 x TP2, the larger, placed first) alone takes n1 + n2; then "half" (TP4) has no node with 4
+    # free. No node is wholly free, so no scarcity price steers wide (placer.solver.scarcity): the repair does.
+    # Together: wide on n1, n3, n4 and half on n2.
     cluster = leaf_cluster(
         tmp_path,
-        [("n1", [0, 1, 2, 3], 0.9), ("n2", [], 0.9), ("n3", [0, 1, 2, 3], 0.0), ("n4", [0, 1, 2, 3], 0.0)],
+        [("n1", [0, 1, 2, 3, 4, 5], 0.9), ("n2", [0, 1, 2, 3], 0.9), ("n3", [0, 1, 2, 3, 4, 5], 0.0)]
+        + [("n4", [0, 1, 2, 3, 4, 5], 0.0)],
     )
     topo = build_topology(load_cluster(cluster))
-    wide = ServingTopology.model_validate(_spec_doc("wide", 4, 3))
-    whole = ServingTopology.model_validate(_spec_doc("whole", 8, 1))
+    wide = ServingTopology.model_validate(_spec_doc("wide", 2, 3))
+    half = ServingTopology.model_validate(_spec_doc("half", 4, 1))
     alone = solve_fleet([Deployment(wide, "a")], topo, OPTS)
     assert {p.node for r in alone.placed[0].placement.replicas for i in r.instances for p in i.pods} == {"n1", "n2"}
-    res = solve_fleet([Deployment(wide, "a"), Deployment(whole, "b")], topo, OPTS)
+    res = solve_fleet([Deployment(wide, "a"), Deployment(half, "b")], topo, OPTS)
     assert not res.unplaced
     assert any("re-arranging" in n for n in res.notes)
     by_name = {p.deployment.spec.metadata.name: p.placement for p in res.placed}
-    assert [p.node for r in by_name["whole"].replicas for i in r.instances for p in i.pods] == ["n2"]
+    assert [p.node for r in by_name["half"].replicas for i in r.instances for p in i.pods] == ["n2"]
     verify_fleet(topo, [(p.deployment.spec, p.placement) for p in res.placed])
 
 

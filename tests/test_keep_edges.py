@@ -194,17 +194,20 @@ def test_a_cordoned_node_makes_keep_report_and_plan_move(tmp_path):
 
 
 def test_a_repaired_deployment_gets_as_many_replicas_as_fit(tmp_path):
-    half = [0, 1, 2, 3]
-    # n1, n2 report cache hits, n3..n6 misses (an unknown hit rate would be neutral, docs/DESIGN.md)
-    rows = [("n1", [], 0.9), ("n2", [], 0.9), *((f"n{i}", half, 0.0) for i in range(3, 7))]
+    # n1, n2 (4 free each) report cache hits, n3..n6 (2 free each) misses (an unknown hit rate would be
+    # neutral, docs/DESIGN.md). "wide" (4 x TP2, placed first) alone takes n1 + n2, so "half" (2 replicas of
+    # one TP4) has no node with 4 free; no node is wholly free, so no scarcity price steers wide: the repair
+    # re-arranges the two and gives half both replicas.
+    rows = [("n1", [0, 1, 2, 3], 0.9), ("n2", [0, 1, 2, 3], 0.9)]
+    rows += [(f"n{i}", [0, 1, 2, 3, 4, 5], 0.0) for i in range(3, 7)]
     cluster = leaf_cluster(tmp_path, rows, "rep.yaml")
-    whole = _spec_doc("whole", 8, 1, replicas=2)
-    whole["minReplicas"] = 1
-    specs = _write_specs(tmp_path, [_spec_doc("wide", 4, 4), whole], "specs.yaml")
+    half = _spec_doc("half", 4, 1, replicas=2)
+    half["minReplicas"] = 1
+    specs = _write_specs(tmp_path, [_spec_doc("wide", 2, 4), half], "specs.yaml")
     res = run_fleet([specs], cluster, OPTS)
     assert any("re-arranging" in n for n in res.fleet.notes)
     by_key = {p.deployment.key: p.placement for p in res.fleet.placed}
-    assert len(by_key["default/whole"].replicas) == 2
+    assert len(by_key["default/half"].replicas) == 2
 
 
 def test_plan_refuses_a_pending_spec_that_already_runs(tmp_path):

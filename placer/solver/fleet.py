@@ -26,6 +26,7 @@ from placer.solver.fleet_one import Refused, place_one
 from placer.solver.keep import kept_usage
 from placer.solver.options import CLOCK_NOTE, Budget
 from placer.solver.problem import Kept, Problem, build_problem, with_kept
+from placer.solver.scarcity import at_prices, scarcity_prices, true_cost
 from placer.solver.solve import SolveOptions
 from placer.topology.graph import Topology
 from placer.topology.usage import merge_usage, usage
@@ -127,14 +128,14 @@ def solve_fleet(
         tier, tier_start = list(group), state
         tier_placed: list[Placed] = []
         tier_failed: list[tuple[Deployment, InfeasibleError]] = []
-        for d in tier:
+        for i, d in enumerate(tier):
             # Keep a share of the time for repairs and explanations.
             share = max(0.1, SEQUENTIAL_SHARE * budget.work_left / (len(order) - looked))
             mine = _own_state(d, state)
             try:
                 if refused.covers(d, repaired=False):  # a smaller one of its shape did not fit on more room
                     raise InfeasibleError("no placement satisfies every hard constraint", proven=True)
-                placement = place_one(_problem(d, mine), options, budget.child(share))
+                placement = _place(d, mine, [x.spec for x in tier[i + 1 :]], options, budget.child(share))
             except InfeasibleError as error:
                 tier_failed.append((d, error))
                 if error.proven:
@@ -342,6 +343,18 @@ def _state_after(start: Topology, placed: list[Placed]) -> Topology:
         mine = _own_state(p.deployment, state)
         state = mine.with_usage(*usage(p.deployment.spec, mine, p.placement))
     return state
+
+
+def _place(
+    d: Deployment, state: Topology, later: list[ServingTopology], options: SolveOptions, budget: Budget
+) -> Placement:
+    """One deployment of a tier, at scarcity prices on the wholly free nodes its tier's later deployments
+    will need (placer.solver.scarcity); what already runs is placed at its true cost."""
+    problem = _problem(d, state)
+    prices = scarcity_prices(problem, later) if d.kept is None else None
+    if prices is None:
+        return place_one(problem, options, budget)
+    return true_cost(place_one(at_prices(problem, prices), options, budget), state, prices)
 
 
 def _own_state(d: Deployment, state: Topology) -> Topology:

@@ -1,0 +1,131 @@
+"""Scarcity prices on wholly free nodes (placer.solver.scarcity): what they are on hand-made clusters,
+that a tier placed at them keeps a whole node for its later TP8 instead of sending it to a costlier
+one, and that the cost reported after the prices are taken off is the checker's."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_fleet import _spec_doc, leaf_cluster
+from test_solver_properties import clusters, specs
+
+import placer.solver.fleet as fleet_module
+from placer.check.verify import check
+from placer.model.cluster import ClusterSpec
+from placer.model.errors import InfeasibleError
+from placer.model.load import load_cluster
+from placer.model.spec import ServingTopology
+from placer.pipeline import verify_fleet
+from placer.solver.fleet import Deployment, solve_fleet
+from placer.solver.fleet_one import place_one
+from placer.solver.options import Budget
+from placer.solver.problem import build_problem
+from placer.solver.scarcity import at_prices, scarcity_prices, true_cost, whole_node_demand
+from placer.solver.solve import SolveOptions
+from placer.topology.build import build_topology
+
+OPTS = SolveOptions(time_limit_s=20, explain=False)
+
+
+def _spec(name: str, tp: int, instances: int, **extra) -> ServingTopology:
+    return ServingTopology.model_validate({**_spec_doc(name, tp, instances), **extra})
+
+
+def _topology(tmp_path, rows):
+    return build_topology(load_cluster(leaf_cluster(tmp_path, rows)))
+
+
+# n1 wholly free and cheap, n2 and n3 partly free at a middling cost, n4 wholly free and dear.
+ROWS = [("n1", [], 0.9), ("n2", [0, 1], 0.5), ("n3", [0, 1, 2, 3], 0.5), ("n4", [], 0.1)]
+
+
+def test_whole_node_demand_counts_the_nodes_an_instance_fills():
+    tp8 = _spec("a", 8, 2)  # 2 instances x 1 node
+    tp16 = _spec("b", 16, 1, replicas=3)  # 3 replicas x 2 nodes
+    tp4 = _spec("c", 4, 5)  # fills none
+    assert whole_node_demand([tp8, tp16, tp4], {8}) == {8: 2 + 6}
+    assert whole_node_demand([tp8], {4, 8}) == {8: 2, 4: 4}
+    doc = _spec_doc("d", 8, 1)
+    doc["pools"]["aggregated"].update({"nodeCount": 2, "gpusPerNode": 4, "placement": {"required": "leaf"}})
+    assert whole_node_demand([ServingTopology.model_validate(doc)], {4, 8}) == {4: 2, 8: 0}
+
+
+def test_the_price_is_the_first_unwanted_node_s_cost_less_this_node_s(tmp_path):
+    topo = _topology(tmp_path, ROWS)
+    problem = build_problem(_spec("small", 2, 5), topo)
+    units = problem.telemetry_units
+    n1, n4 = topo.node_by_name("n1").index, topo.node_by_name("n4").index
+    assert units[n1] < units[n4]  # the cheap whole node and the dear one
+    prices = scarcity_prices(problem, [_spec("big", 8, 1)])  # one whole node wanted, two free
+    assert prices is not None
+    assert prices[n1] == units[n4] - units[n1]
+    assert [p for i, p in enumerate(prices) if i != n1] == [0] * (len(prices) - 1)  # partly used: no price
+
+
+def test_no_price_without_demand_or_where_whole_nodes_are_plentiful(tmp_path):
+    topo = _topology(tmp_path, ROWS)
+    problem = build_problem(_spec("small", 2, 5), topo)
+    assert scarcity_prices(problem, []) is None
+    assert scarcity_prices(problem, [_spec("tp4", 4, 3)]) is None  # nobody fills a node
+    even = _topology(tmp_path, [("n1", [], None), ("n2", [], None), ("n3", [0], None)])
+    assert scarcity_prices(build_problem(_spec("small", 2, 5), even), [_spec("big", 8, 1)]) is None
+
+
+def test_when_every_whole_node_is_wanted_breaking_one_costs_more_than_any_free_gpu(tmp_path):
+    topo = _topology(tmp_path, ROWS)
+    problem = build_problem(_spec("small", 2, 5), topo)
+    prices = scarcity_prices(problem, [_spec("big", 8, 2)])  # two wanted, two free
+    assert prices is not None
+    units, dearest = problem.telemetry_units, max(problem.telemetry_units[n.index] for n in topo.nodes)
+    for name in ("n1", "n4"):
+        i = topo.node_by_name(name).index
+        assert units[i] + prices[i] == dearest + 1
+
+
+def _batch(tmp_path):
+    topo = _topology(tmp_path, ROWS)
+    # Same priority: the 10-GPU TP2 deployment goes first (more GPUs), the TP8 after it.
+    return topo, [Deployment(_spec("small", 2, 5), "small.yaml"), Deployment(_spec("big", 8, 1), "big.yaml")]
+
+
+def _nodes(result, key):
+    placed = next(p for p in result.placed if p.deployment.key == key)
+    return {pod.node for r in placed.placement.replicas for i in r.instances for pod in i.pods}
+
+
+def test_a_tier_at_prices_keeps_the_cheap_whole_node_for_its_tp8(tmp_path, monkeypatch):
+    topo, deployments = _batch(tmp_path)
+    priced = solve_fleet(deployments, topo, OPTS)
+    verify_fleet(topo, [(p.deployment.spec, p.placement) for p in priced.placed])
+    assert _nodes(priced, "default/small") == {"n2", "n3"} and _nodes(priced, "default/big") == {"n1"}
+    monkeypatch.setattr(fleet_module, "scarcity_prices", lambda _problem, _later: None)
+    plain = solve_fleet(deployments, topo, OPTS)
+    verify_fleet(topo, [(p.deployment.spec, p.placement) for p in plain.placed])
+    assert "n1" in _nodes(plain, "default/small") and _nodes(plain, "default/big") == {"n4"}
+    assert priced.cost < plain.cost  # the checker's figures (verify_fleet set them)
+
+
+def test_a_placement_at_prices_reports_its_true_cost_and_no_optimum(tmp_path):
+    topo, deployments = _batch(tmp_path)
+    result = solve_fleet(deployments, topo, OPTS)
+    small = next(p for p in result.placed if p.deployment.key == "default/small").placement
+    assert small.stats.status == "feasible" and small.stats.bound is None
+    assert any("scarcity prices" in n for n in small.stats.notes)
+    big = next(p for p in result.placed if p.deployment.key == "default/big").placement
+    assert big.stats.status == "optimal"  # the last of its tier: nobody after it, no prices
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(max_nodes=4, max_gpus=8), specs(), st.lists(st.integers(0, 5_000), min_size=4, max_size=4))
+def test_the_cost_with_prices_taken_off_is_the_checker_s(cluster_d, doc, raw):
+    topo = build_topology(ClusterSpec.model_validate(cluster_d))
+    spec = ServingTopology.model_validate(doc)
+    problem = build_problem(spec, topo)
+    prices = tuple(raw[i % len(raw)] for i in range(len(topo.nodes)))
+    try:
+        placement = place_one(at_prices(problem, prices), OPTS, Budget.of(OPTS))
+    except InfeasibleError:
+        return
+    placement = true_cost(placement, topo, prices)
+    if not problem.unlike_domains:  # there the solver prices a domain at its worst case, by design
+        assert placement.stats.objective == check(spec, topo, placement).total_units
