@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from placer.pipeline import SolveOptions, run_fleet  # noqa: E402
+from placer.solver.scarcity import SCARCITY_NOTE  # noqa: E402
 from placer.topology.generate import dump_cluster_yaml, generate_cluster  # noqa: E402
 
 TIME_LIMIT_S = 30.0  # the batch's --time-limit (deterministic work budget)
@@ -201,6 +202,7 @@ class Row:
     placed: int = 0
     repaired: int = 0  # placed by a joint repair with deployments of its priority (FleetResult.notes)
     optimal: int = 0  # placed deployments whose own solve was proven optimal (else: feasible at its time share)
+    priced: int = 0  # placed at scarcity prices on wholly free nodes (placer.solver.scarcity)
     left_out: int = 0
     left_unproven: int = 0
     groups_placed: int = 0
@@ -279,6 +281,7 @@ def one_seed(seed: int, gpus: int, count: int, time_limit: float, tmp: Path, cli
     row.left_unproven = sum(1 for u in fleet.unplaced if not u.proven)
     row.repaired = sum(1 for n in fleet.notes if "re-arranging" in n)
     row.optimal = sum(1 for p in fleet.placed if p.placement.stats.status == "optimal")
+    row.priced = sum(1 for p in fleet.placed if any(n.startswith(SCARCITY_NOTE) for n in p.placement.stats.notes))
     for p in fleet.placed:
         spec = p.deployment.spec
         for rep in p.placement.replicas:
@@ -369,7 +372,8 @@ def report(rows: list[Row], args: argparse.Namespace, gpus: int, count: int, com
         "## Results",
         "",
         "| seed | free GPUs | deployments given / placed / left out | TP groups given / placed "
-        "| GPUs asked / placed | placed by priority (1000 / 500 / 0) | repairs | each proven optimal | solve s "
+        "| GPUs asked / placed | placed by priority (1000 / 500 / 0) | repairs | each proven optimal "
+        "| at scarcity prices | solve s "
         "| solve CPU s | wall s | CLI CPU s | peak RSS MB | exit | cost | lower bound | gap | telemetry share of cost "
         "| gap / (all-reduce + KV cost) | load avg before (solve / CLI) | work budget only |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -380,7 +384,8 @@ def report(rows: list[Row], args: argparse.Namespace, gpus: int, count: int, com
         lines.append(
             f"| {r.seed} | {r.free_gpus} | {r.given} / {r.placed} / {r.left_out}{unproven} "
             f"| {r.groups_given} / {r.groups_placed} | {r.gpus_given} / {r.gpus_placed} | {tiers} "
-            f"| {r.repaired} | {r.optimal}/{r.placed} | {r.solve_s:.1f} | {r.solve_cpu_s:.1f} | {_fmt(r.wall_s)} "
+            f"| {r.repaired} | {r.optimal}/{r.placed} | {r.priced} "
+            f"| {r.solve_s:.1f} | {r.solve_cpu_s:.1f} | {_fmt(r.wall_s)} "
             f"| {_fmt(r.cli_cpu_s)} | {_fmt(r.rss_mb, '.0f')} "
             f"| {_fmt(r.exit_code, 'd')} "
             f"| {r.cost} | {_fmt(r.bound, 'd')} | {_fmt(r.gap, '.2%')} "
@@ -435,7 +440,11 @@ def _meaning(rows: list[Row], walls: list[float], gaps: list[float], limit: floa
         "highest `scheduling.priority` first. Inside a tier it places the deployments one after another (the "
         "largest, by GPUs, first, then by name), each solved exactly for itself - the same staged CP-SAT model as "
         "a single `placer solve` (replicas, then preferred-level misses, then cost) - on the cluster less what "
-        f"the earlier ones took, within 70 % of an even share of the time left of the {limit:g} s limit (at "
+        "the earlier ones took, with a price per GPU on each wholly free node that the tier's later deployments "
+        "will fill (`placer.solver.scarcity`: the clearing price, what the first node they will not need costs "
+        "per GPU less this node's cost; just above the dearest free GPU when every one is wanted; zero where "
+        "wholly free nodes are plentiful, and taken off again: the cost reported is the true one), "
+        f"within 70 % of an even share of the time left of the {limit:g} s limit (at "
         "least 0.1 s); a deployment whose greedy placement (two orders of trying containers) places every replica "
         "with the fewest misses at no more than its own lower bound on that state is placed so without a model "
         "(proven optimal there; `placer.solver.fleet_one`), and one of the same shape as a deployment already "
@@ -450,8 +459,9 @@ def _meaning(rows: list[Row], walls: list[float], gaps: list[float], limit: floa
         "Reasons for the ones still left out are computed at the end (at most 3 s each). A deployment either "
         "gets its replicas (at least minReplicas) or is left out. 'repairs' counts the deployments placed by "
         "a repair (from `FleetResult.notes`); 'each proven optimal' counts the placed deployments whose own "
-        "solve closed within its share (the others are the best found in it; repaired deployments and those "
-        "re-arranged with them count as not proven).",
+        "solve closed within its share, with no prices (the others are the best found in it, or optimal at "
+        "prices, which is not proven alone; repaired deployments and those re-arranged with them count as not "
+        "proven); 'at scarcity prices' counts the placed deployments that were solved at non-zero prices.",
         "",
         "'cost' (`FleetResult.cost`) is the sum of the placed deployments' costs as the independent checker "
         "recomputes them (`run_fleet` sets it). 'lower "

@@ -129,3 +129,21 @@ def test_the_cost_with_prices_taken_off_is_the_checker_s(cluster_d, doc, raw):
     placement = true_cost(placement, topo, prices)
     if not problem.unlike_domains:  # there the solver prices a domain at its worst case, by design
         assert placement.stats.objective == check(spec, topo, placement).total_units
+
+
+def test_the_batch_table_says_which_deployments_were_placed_at_prices(tmp_path):
+    from io import StringIO
+
+    from rich.console import Console
+    from test_fleet import _write_specs
+
+    from placer.explain.fleet_view import fleet_table
+    from placer.pipeline import run_fleet
+
+    cluster = leaf_cluster(tmp_path, ROWS)
+    specs = _write_specs(tmp_path, [_spec_doc("small", 2, 5), _spec_doc("big", 8, 1)])
+    out = StringIO()
+    Console(file=out, width=200).print(fleet_table(run_fleet([specs], cluster, OPTS), 0.0))
+    rows = {line.split()[0]: line for line in out.getvalue().splitlines() if line.startswith("default/")}
+    assert "feasible, at scarcity prices" in rows["default/small"]
+    assert "scarcity" not in rows["default/big"] and "optimal" in rows["default/big"]

@@ -6,6 +6,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from placer.solver.scarcity import SCARCITY_NOTE
+
 
 def fleet_table(res, wall_s: float) -> Group:
     """``res`` is a pipeline.FleetSolveResult."""
@@ -25,6 +27,8 @@ def fleet_table(res, wall_s: float) -> Group:
         gpus = sum(len(pod.gpus) for r in pl.replicas for i in r.instances for pod in i.pods)
         kept = p.deployment.kept
         what = pl.stats.status + (f", {len(kept.instances)} instance(s) kept in place" if kept else "")
+        if any(n.startswith(SCARCITY_NOTE) for n in pl.stats.notes):
+            what += ", at scarcity prices"  # optimal at them, maybe not alone: placer.solver.scarcity
         table.add_row(
             p.deployment.key,
             str(p.deployment.priority),

@@ -24,6 +24,8 @@ from placer.model.spec import ServingTopology
 from placer.solver.problem import Problem
 from placer.topology.graph import Topology
 
+SCARCITY_NOTE = "placed at scarcity prices on wholly free nodes"
+
 
 def whole_node_demand(later: Sequence[ServingTopology], sizes: set[int]) -> Counter[int]:
     """Wholly free nodes of each GPU count (in ``sizes``) that the later deployments' instances would fill:
@@ -83,7 +85,7 @@ def true_cost(placement: Placement, topo: Topology, prices: tuple[int, ...]) -> 
         for pod in inst.pods
     )
     stats = placement.stats
-    note = f"placed at scarcity prices on wholly free nodes ({paid} units of prices taken off its cost)"
+    note = f"{SCARCITY_NOTE} ({paid} units of prices taken off its cost)"
     return replace(
         placement,
         stats=replace(
