@@ -293,6 +293,31 @@ def test_why_not_spread_and_min_replicas_conflict_together():
     assert "cannot all hold together" in conflicts[-1].message
 
 
+def test_why_not_never_tries_dropping_a_spread_that_one_replica_cannot_break(monkeypatch):
+    import placer.solver.conflicts as conflicts
+    from placer.solver.options import Budget
+
+    pools = f"""
+pools:
+  prefill: {{instances: 1, tensorParallel: 4, {T}}}
+  decode: {{instances: 1, tensorParallel: 4, {T}}}
+"""
+    spec = _spec(pools + "\ntransfer: {minBandwidthGBps: 5000}\nreplicas: 2\nminReplicas: 1\nspread: {level: rack}")
+    dropped = []
+    real = conflicts._with
+
+    def spy(spec, rule, value):
+        dropped.append(rule)
+        return real(spec, rule, value)
+
+    monkeypatch.setattr(conflicts, "_with", spy)
+    topo = build_topology(load_cluster(CLUSTERS / "small-mixed.yaml"))
+    options = SolveOptions(time_limit_s=10)
+    (c,) = conflicts.deletion_filter(build_problem(spec, topo), Budget.of(options))
+    assert c.rule == "transfer"
+    assert "transfer floor" in dropped and "replica spread" not in dropped
+
+
 def test_why_not_router_proximity_finds_the_level_that_fits():
     spec = _spec("""
 pools:

@@ -282,7 +282,7 @@ def _present(spec: ServingTopology) -> list[str]:
         out.append("transfer floor")
     if spec.router is not None and spec.router.near is not None:
         out.append("router proximity")
-    if spec.spread is not None:
+    if spec.spread is not None and spec.replicas_floor > 1:  # one replica has no other to keep apart from
         out.append("replica spread")
     if spec.replicas_floor > 1:
         out.append("minReplicas")
