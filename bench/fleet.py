@@ -38,8 +38,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from placer.explain.fleet_view import at_scarcity_prices  # noqa: E402
 from placer.pipeline import SolveOptions, run_fleet  # noqa: E402
-from placer.solver.scarcity import SCARCITY_NOTE  # noqa: E402
 from placer.topology.generate import dump_cluster_yaml, generate_cluster  # noqa: E402
 
 TIME_LIMIT_S = 30.0  # the batch's --time-limit (deterministic work budget)
@@ -281,7 +281,7 @@ def one_seed(seed: int, gpus: int, count: int, time_limit: float, tmp: Path, cli
     row.left_unproven = sum(1 for u in fleet.unplaced if not u.proven)
     row.repaired = sum(1 for n in fleet.notes if "re-arranging" in n)
     row.optimal = sum(1 for p in fleet.placed if p.placement.stats.status == "optimal")
-    row.priced = sum(1 for p in fleet.placed if any(n.startswith(SCARCITY_NOTE) for n in p.placement.stats.notes))
+    row.priced = sum(1 for p in fleet.placed if at_scarcity_prices(p.placement))
     for p in fleet.placed:
         spec = p.deployment.spec
         for rep in p.placement.replicas:
@@ -438,7 +438,7 @@ def _meaning(rows: list[Row], walls: list[float], gaps: list[float], limit: floa
         "",
         "The batch is not one joint optimisation. `placer.solver.fleet.solve_fleet` goes through the priority tiers, "
         "highest `scheduling.priority` first. Inside a tier it places the deployments one after another (the "
-        "largest, by GPUs, first, then by name), each solved exactly for itself - the same staged CP-SAT model as "
+        "largest, by GPUs, first, then by name), each solved for itself - the same staged CP-SAT model as "
         "a single `placer solve` (replicas, then preferred-level misses, then cost) - on the cluster less what "
         "the earlier ones took, with a price per GPU on each wholly free node that the tier's later deployments "
         "will fill (`placer.solver.scarcity`: the clearing price, what the first node they will not need costs "
@@ -447,7 +447,8 @@ def _meaning(rows: list[Row], walls: list[float], gaps: list[float], limit: floa
         f"within 70 % of an even share of the time left of the {limit:g} s limit (at "
         "least 0.1 s); a deployment whose greedy placement (two orders of trying containers) places every replica "
         "with the fewest misses at no more than its own lower bound on that state is placed so without a model "
-        "(proven optimal there; `placer.solver.fleet_one`), and one of the same shape as a deployment already "
+        "(proven optimal there, or, at non-zero prices, optimal at them; `placer.solver.fleet_one`), and one of "
+        "the same shape as a deployment already "
         "proven not to fit, asking at least as much, is not solved again. Then each deployment of the tier "
         "that was proven not to fit gets one repair: it is "
         "placed in one joint CP-SAT model together with the fewest (at most 6) already-placed deployments of "

@@ -4,6 +4,7 @@ one, and that the cost reported after the prices are taken off is the checker's.
 
 from __future__ import annotations
 
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fleet import _spec_doc, leaf_cluster
@@ -12,7 +13,7 @@ from test_solver_properties import clusters, specs
 import placer.solver.fleet as fleet_module
 from placer.check.verify import check
 from placer.model.cluster import ClusterSpec
-from placer.model.errors import InfeasibleError
+from placer.model.errors import InfeasibleError, InputError
 from placer.model.load import load_cluster
 from placer.model.spec import ServingTopology
 from placer.pipeline import verify_fleet
@@ -43,11 +44,13 @@ def test_whole_node_demand_counts_the_nodes_an_instance_fills():
     tp8 = _spec("a", 8, 2)  # 2 instances x 1 node
     tp16 = _spec("b", 16, 1, replicas=3)  # 3 replicas x 2 nodes
     tp4 = _spec("c", 4, 5)  # fills none
-    assert whole_node_demand([tp8, tp16, tp4], {8}) == {8: 2 + 6}
-    assert whole_node_demand([tp8], {4, 8}) == {8: 2, 4: 4}
+    anyone = (None, None)  # no GPU selector
+    assert whole_node_demand([tp8, tp16, tp4], {8}) == {(8, anyone): 2 + 6}
+    assert whole_node_demand([tp8], {4, 8}) == {(8, anyone): 2, (4, anyone): 4}
     doc = _spec_doc("d", 8, 1)
     doc["pools"]["aggregated"].update({"nodeCount": 2, "gpusPerNode": 4, "placement": {"required": "leaf"}})
-    assert whole_node_demand([ServingTopology.model_validate(doc)], {4, 8}) == {4: 2, 8: 0}
+    doc["pools"]["aggregated"]["gpu"] = {"product": "H100", "minMemoryGiB": 80}
+    assert whole_node_demand([ServingTopology.model_validate(doc)], {4, 8}) == {(4, ("H100", 80)): 2}
 
 
 def test_the_price_is_the_first_unwanted_node_s_cost_less_this_node_s(tmp_path):
@@ -82,6 +85,26 @@ def test_when_every_whole_node_is_wanted_breaking_one_costs_more_than_any_free_g
         assert units[i] + prices[i] == dearest + 1
 
 
+def test_a_node_of_another_gpu_product_is_not_priced_for_a_tp8_that_cannot_use_it(tmp_path):
+    rows = [("h1", [], 0.9), ("h2", [], 0.1), ("a1", [], 0.9), ("a2", [], 0.1)]
+    path = leaf_cluster(tmp_path, rows)
+    doc = yaml.safe_load(path.read_text())
+    for node in doc["nodes"]:
+        if node["name"].startswith("a"):
+            node["gpus"]["product"] = "A100"
+    path.write_text(yaml.safe_dump(doc))
+    topo = build_topology(load_cluster(path))
+    big = _spec_doc("big", 8, 1)
+    big["pools"]["aggregated"]["gpu"] = {"product": "H100"}
+    problem = build_problem(_spec("small", 2, 5), topo)
+    prices = scarcity_prices(problem, [ServingTopology.model_validate(big)])
+    assert prices is not None
+    h1, h2 = topo.node_by_name("h1").index, topo.node_by_name("h2").index
+    units = problem.telemetry_units
+    assert prices[h1] == units[h2] - units[h1]  # the cheap H100 node is kept for the H100 TP8
+    assert [p for i, p in enumerate(prices) if i != h1] == [0] * (len(prices) - 1)  # A100 nodes: no price
+
+
 def _batch(tmp_path):
     topo = _topology(tmp_path, ROWS)
     # Same priority: the 10-GPU TP2 deployment goes first (more GPUs), the TP8 after it.
@@ -93,16 +116,19 @@ def _nodes(result, key):
     return {pod.node for r in placed.placement.replicas for i in r.instances for pod in i.pods}
 
 
+def _pairs(result):
+    return [(p.deployment.spec, p.placement) for p in result.placed]
+
+
 def test_a_tier_at_prices_keeps_the_cheap_whole_node_for_its_tp8(tmp_path, monkeypatch):
     topo, deployments = _batch(tmp_path)
     priced = solve_fleet(deployments, topo, OPTS)
-    verify_fleet(topo, [(p.deployment.spec, p.placement) for p in priced.placed])
     assert _nodes(priced, "default/small") == {"n2", "n3"} and _nodes(priced, "default/big") == {"n1"}
     monkeypatch.setattr(fleet_module, "scarcity_prices", lambda _problem, _later: None)
     plain = solve_fleet(deployments, topo, OPTS)
-    verify_fleet(topo, [(p.deployment.spec, p.placement) for p in plain.placed])
     assert "n1" in _nodes(plain, "default/small") and _nodes(plain, "default/big") == {"n4"}
-    assert priced.cost < plain.cost  # the checker's figures (verify_fleet set them)
+    checked = [sum(r.total_units for r in verify_fleet(topo, _pairs(res))) for res in (priced, plain)]
+    assert checked[0] < checked[1]
 
 
 def test_a_placement_at_prices_reports_its_true_cost_and_no_optimum(tmp_path):
@@ -116,15 +142,17 @@ def test_a_placement_at_prices_reports_its_true_cost_and_no_optimum(tmp_path):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(clusters(max_nodes=4, max_gpus=8), specs(), st.lists(st.integers(0, 5_000), min_size=4, max_size=4))
+@given(
+    clusters(max_nodes=4, max_gpus=8), specs(tps=(1, 2, 4, 8)), st.lists(st.integers(0, 5_000), min_size=4, max_size=4)
+)
 def test_the_cost_with_prices_taken_off_is_the_checker_s(cluster_d, doc, raw):
     topo = build_topology(ClusterSpec.model_validate(cluster_d))
     spec = ServingTopology.model_validate(doc)
-    problem = build_problem(spec, topo)
     prices = tuple(raw[i % len(raw)] for i in range(len(topo.nodes)))
     try:
+        problem = build_problem(spec, topo)
         placement = place_one(at_prices(problem, prices), OPTS, Budget.of(OPTS))
-    except InfeasibleError:
+    except (InfeasibleError, InputError):  # no placement, or a TP size no node of the draw holds
         return
     placement = true_cost(placement, topo, prices)
     if not problem.unlike_domains:  # there the solver prices a domain at its worst case, by design

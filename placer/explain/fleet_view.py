@@ -9,6 +9,12 @@ from rich.text import Text
 from placer.solver.scarcity import SCARCITY_NOTE
 
 
+def at_scarcity_prices(placement) -> bool:
+    """Whether a deployment of a batch was solved at non-zero scarcity prices (placer.solver.scarcity):
+    then its solve was optimal at the prices, not proven alone."""
+    return any(n.startswith(SCARCITY_NOTE) for n in placement.stats.notes)
+
+
 def fleet_table(res, wall_s: float) -> Group:
     """``res`` is a pipeline.FleetSolveResult."""
     fleet = res.fleet
@@ -27,8 +33,8 @@ def fleet_table(res, wall_s: float) -> Group:
         gpus = sum(len(pod.gpus) for r in pl.replicas for i in r.instances for pod in i.pods)
         kept = p.deployment.kept
         what = pl.stats.status + (f", {len(kept.instances)} instance(s) kept in place" if kept else "")
-        if any(n.startswith(SCARCITY_NOTE) for n in pl.stats.notes):
-            what += ", at scarcity prices"  # optimal at them, maybe not alone: placer.solver.scarcity
+        if at_scarcity_prices(pl):
+            what += ", at scarcity prices"
         table.add_row(
             p.deployment.key,
             str(p.deployment.priority),

@@ -1,12 +1,14 @@
 """Many deployments on one cluster: priority tiers first, then cost; every replica still all-or-nothing.
 
 Deployments are placed one after another on the state the earlier ones left, highest priority first, and
-inside a priority the running ones (``--keep``) first, then the largest. Each one is solved exactly for
-itself (placer.solver.solve, the same staged model as a single spec), so a higher-priority deployment is never
+inside a priority the running ones (``--keep``) first, then the largest. Each one is solved for itself
+(placer.solver.solve, the same staged model as a single spec), so a higher-priority deployment is never
 left out or made worse to make room for a lower one: it is placed before the lower one is looked at.
 
 The price of placing one by one is that a deployment may take a place an equal-priority one placed later
-needed, or a cheap node another would have used better. The result therefore carries a lower bound on the
+needed, or a cheap node another would have used better. Scarcity prices on the wholly free nodes that the
+tier's later deployments need (placer.solver.scarcity) steer it away from the commonest case; a joint
+repair (_repair) handles a deployment still left out. The result therefore carries a lower bound on the
 cost of the placed set, computed for all of them together (fleet_bound), and the gap to it.
 """
 

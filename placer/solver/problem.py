@@ -32,7 +32,7 @@ from placer.solver.candidates import (
 from placer.solver.figures import domain_figures, free_in, worst_figures
 from placer.solver.layout import layout
 from placer.topology import cost
-from placer.topology.graph import Topology
+from placer.topology.graph import Node, Topology
 
 
 @dataclass(frozen=True)
@@ -134,17 +134,17 @@ def kept_candidate(problem: Problem, inst: InstancePlacement) -> int | None:
 
 def eligible_nodes(topo: Topology, pool: Pool) -> frozenset[int]:
     sel = pool.gpu
-    out = set()
-    for node in topo.nodes:
-        if not node.gpus or not node.schedulable:
-            continue
-        g = node.gpus[0]
-        if sel.product is not None and g.product != sel.product:
-            continue
-        if sel.min_memory_gib is not None and g.memory_gib < sel.min_memory_gib:
-            continue
-        out.add(node.index)
-    return frozenset(out)
+    return frozenset(node.index for node in topo.nodes if node_matches(node, sel.product, sel.min_memory_gib))
+
+
+def node_matches(node: Node, product: str | None, min_memory_gib: float | None) -> bool:
+    """Whether a pool whose GPU selector asks for this product and memory may use the node's GPUs."""
+    if not node.gpus or not node.schedulable:
+        return False
+    g = node.gpus[0]
+    if product is not None and g.product != product:
+        return False
+    return min_memory_gib is None or g.memory_gib >= min_memory_gib
 
 
 def build_problem(spec: ServingTopology, topo: Topology) -> Problem:

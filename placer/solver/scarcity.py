@@ -21,17 +21,21 @@ from dataclasses import replace
 
 from placer.model.placement import Placement
 from placer.model.spec import ServingTopology
-from placer.solver.problem import Problem
+from placer.solver.problem import Problem, node_matches
 from placer.topology.graph import Topology
 
 SCARCITY_NOTE = "placed at scarcity prices on wholly free nodes"
 
 
-def whole_node_demand(later: Sequence[ServingTopology], sizes: set[int]) -> Counter[int]:
-    """Wholly free nodes of each GPU count (in ``sizes``) that the later deployments' instances would fill:
-    an instance of s GPUs fills s // g nodes of g GPUs (given gpusPerNode: nodeCount nodes of that size).
-    An overestimate on clusters of mixed node sizes, where an instance lands on one size only."""
-    demand: Counter[int] = Counter()
+Selector = tuple[str | None, float | None]  # a pool's GPU selector: (product, minMemoryGiB)
+
+
+def whole_node_demand(later: Sequence[ServingTopology], sizes: set[int]) -> Counter[tuple[int, Selector]]:
+    """Wholly free nodes of each GPU count (in ``sizes``) that the later deployments' instances would fill,
+    per GPU selector (a TP8 that asks for H100s does not want a whole A100 node): an instance of s GPUs
+    fills s // g nodes of g GPUs (given gpusPerNode: nodeCount nodes of that size). An overestimate where
+    an instance could take one of several node sizes, or split across nodes (placement.required above node)."""
+    demand: Counter[tuple[int, Selector]] = Counter()
     for spec in later:
         for pool in spec.pools.values():
             n = pool.instances * spec.replicas
@@ -40,32 +44,33 @@ def whole_node_demand(later: Sequence[ServingTopology], sizes: set[int]) -> Coun
                     filled = pool.node_count if pool.gpus_per_node == g else 0
                 else:
                     filled = pool.gpus_per_instance // g
-                demand[g] += n * (filled or 0)
+                if filled:
+                    demand[g, (pool.gpu.product, pool.gpu.min_memory_gib)] += n * filled
     return demand
 
 
 def scarcity_prices(problem: Problem, later: Sequence[ServingTopology]) -> tuple[int, ...] | None:
     """A price per GPU on each wholly free node of ``problem``'s state, in its own telemetry units; None
-    when every price is zero. With W nodes of a size wanted and more wholly free, the clearing price is set
-    by the (W+1)-th cheapest (by telemetry per GPU); with W or fewer free, every one is wanted, and the
-    price puts each just above the dearest GPU still free anywhere, so that a small instance breaks one only
-    where nothing else will do (or where its other costs outweigh telemetry)."""
+    when every price is zero. For each node size and GPU selector the later deployments ask for: with W
+    nodes wanted and more wholly free that match, the clearing price is set by the (W+1)-th cheapest (by
+    telemetry per GPU); with W or fewer, every one is wanted, and the price puts each just above the
+    dearest GPU still free anywhere, so that a small instance breaks one only where nothing else will do
+    (or where its other costs outweigh telemetry). Selectors that match the same nodes add up their demand;
+    a node wanted under selectors that match different sets of nodes takes the highest price."""
     topo, units = problem.topology, problem.telemetry_units
-    whole: dict[int, list[tuple[int, int]]] = {}
-    for node in topo.nodes:
-        if node.free_gpus and len(node.free_gpus) == len(node.gpus):
-            whole.setdefault(len(node.gpus), []).append((units[node.index], node.index))
-    demand = whole_node_demand(later, set(whole))
+    whole = [n for n in topo.nodes if n.free_gpus and len(n.free_gpus) == len(n.gpus)]
+    demand = whole_node_demand(later, {len(n.gpus) for n in whole})
     prices = [0] * len(topo.nodes)
     dearest = max((units[n.index] for n in topo.nodes if n.free_gpus), default=0)
-    for g, nodes in whole.items():
-        wanted = demand[g]
-        if not wanted:
-            continue
-        nodes.sort()
+    # Selectors that match the same nodes compete for them: their demand adds up.
+    wanted_of: Counter[tuple[tuple[int, int], ...]] = Counter()
+    for (g, (product, memory)), wanted in demand.items():
+        matching = [n for n in whole if len(n.gpus) == g and node_matches(n, product, memory)]
+        wanted_of[tuple(sorted((units[n.index], n.index) for n in matching))] += wanted
+    for nodes, wanted in sorted(wanted_of.items()):
         clearing = nodes[wanted][0] if wanted < len(nodes) else dearest + 1
         for cost, index in nodes:
-            prices[index] = max(0, clearing - cost)
+            prices[index] = max(prices[index], clearing - cost)
     return tuple(prices) if any(prices) else None
 
 
