@@ -33,7 +33,6 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +48,7 @@ from placer.solver.fleet_bound import _combine, fleet_bound, problem_terms  # no
 from placer.solver.fleet_one import place_one  # noqa: E402
 from placer.solver.options import Budget, SolveOptions  # noqa: E402
 from placer.solver.problem import Problem  # noqa: E402
+from placer.solver.scarcity import at_prices  # noqa: E402
 from placer.solver.search import _forced_misses  # noqa: E402
 from placer.topology.graph import Topology  # noqa: E402
 from placer.topology.usage import usage  # noqa: E402
@@ -59,9 +59,8 @@ SKIP_BELOW = 0.005  # a tier already this close to fleet_bound is listed, not pr
 
 
 def priced(problem: Problem, lam: list[float]) -> Problem:
-    """The problem with each node's telemetry per GPU raised by its price."""
-    raised = tuple(u + round(p) for u, p in zip(problem.telemetry_units, lam, strict=True))
-    return replace(problem, telemetry_units=raised)
+    """The problem with each node's telemetry per GPU raised by its price, rounded to cost units."""
+    return at_prices(problem, tuple(round(p) for p in lam))
 
 
 def gpus_per_node(placement: Placement, topo: Topology) -> dict[int, int]:

@@ -62,7 +62,6 @@ def scarcity_prices(problem: Problem, later: Sequence[ServingTopology]) -> tuple
     demand = whole_node_demand(later, {len(n.gpus) for n in whole})
     prices = [0] * len(topo.nodes)
     dearest = max((units[n.index] for n in topo.nodes if n.free_gpus), default=0)
-    # Selectors that match the same nodes compete for them: their demand adds up.
     wanted_of: Counter[tuple[tuple[int, int], ...]] = Counter()
     for (g, (product, memory)), wanted in demand.items():
         matching = [n for n in whole if len(n.gpus) == g and node_matches(n, product, memory)]
