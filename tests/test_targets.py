@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from k8s_acceptance import assert_accepted, made_pods
 from test_dra_ids import with_gpu_ids
 
@@ -68,6 +70,44 @@ def test_golden_manifests(solved):
             path.write_text(got)
         assert got == path.read_text(), f"{target}: {path} differs (PLACER_UPDATE_GOLDEN=1 regenerates)"
         assert list(yaml.safe_load_all(got)) == built
+
+
+def test_the_python_emitter_writes_the_same_bytes(solved, monkeypatch):
+    """to_yaml uses libyaml's emitter where PyYAML has it and the Python one where not: the same manifests
+    must give the same bytes either way."""
+    import placer.emit.manifests as manifests
+
+    *_, docs = solved
+    with_libyaml = {target: to_yaml(built) for target, built in docs.items()}
+    monkeypatch.setattr(manifests, "_FastDumper", manifests._PlainDumper)
+    assert {target: to_yaml(built) for target, built in docs.items()} == with_libyaml
+
+
+_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40) | st.text(
+    st.sampled_from("ab -:#'\"\\\n\té\x85\u2028\U00010000"), min_size=900, max_size=1500
+)
+_KEY = st.from_regex(r"[A-Za-z0-9._-]{1,20}(/[A-Za-z0-9._-]{1,20})?", fullmatch=True)  # label keys, env names, fields
+_VALUE = st.recursive(
+    st.one_of(_TEXT, st.integers(), st.booleans(), st.none(), st.sampled_from(["yes", "1e3", "0x1F", "~", "- a"])),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEY, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.dictionaries(_KEY, _VALUE, max_size=5), max_size=3))
+def test_manifests_are_the_same_bytes_with_or_without_libyaml(docs):
+    """Manifests carry user text (env values, arguments, a chat template): every string must come out as the
+    Python emitter writes it, long ones with newlines or non-ASCII characters included. Keys are field
+    names, label keys or environment variable names, all checked at the edge (the emitters differ on keys
+    no manifest can have: empty, or with control characters)."""
+    import placer.emit.manifests as manifests
+
+    python_only = "".join(
+        "---\n" + yaml.dump(d, Dumper=manifests._PlainDumper, sort_keys=True, default_flow_style=False, width=1000)
+        for d in docs
+    )
+    assert to_yaml(docs) == python_only
 
 
 # ---- schemas -------------------------------------------------------------------------------------------
