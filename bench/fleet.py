@@ -406,6 +406,7 @@ def report(rows: list[Row], args: argparse.Namespace, gpus: int, count: int, com
         f"CPU median {_fmt(_med(cpus))} s / max {_fmt(max(cpus, default=None))} s); "
         f"gap median {_fmt(_med(gaps), '.2%')} / max {_fmt(max(gaps, default=None), '.2%')}; "
         f"in-process median ≤ {TARGET_MEDIAN_S:g} s: {'yes' if (_med(solves) or 0) <= TARGET_MEDIAN_S else 'no'}, "
+        f"whole-process median ≤ {TARGET_MEDIAN_S:g} s: {'yes' if (_med(walls) or 0) <= TARGET_MEDIAN_S else 'no'}, "
         f"gap ≤ {TARGET_GAP:.1%} in {met_gap} of "
         f"{len(gaps)} seeds; peak RSS max {_fmt(max((r.rss_mb for r in rows if r.rss_mb), default=None), '.0f')} MB; "
         f"placed {sum(r.placed for r in rows)} of {sum(r.given for r in rows)} deployments, "
@@ -510,6 +511,12 @@ def _meaning(rows: list[Row], walls: list[float], gaps: list[float], limit: floa
     median = _med([r.solve_s for r in rows])
     if median is not None and median > TARGET_MEDIAN_S:
         misses.append(f"in-process median ≤ {TARGET_MEDIAN_S:g} s missed: {median:.1f} s")
+    whole = _med(walls)
+    if whole is not None and whole > TARGET_MEDIAN_S:
+        misses.append(
+            f"whole-process median ≤ {TARGET_MEDIAN_S:g} s missed: {whole:.1f} s (interpreter start, imports and "
+            "the manifests' YAML come on top of the in-process figure)"
+        )
     wide = [(r.seed, r.gap) for r in rows if r.gap is not None and r.gap > TARGET_GAP]
     if wide:
         misses.append(
