@@ -69,3 +69,20 @@ def test_a_limit_cuts_between_complete_replicas_and_is_kept(name: str, fraction:
         one_by_one = spec.model_copy(update={"replicas": len(got), "min_replicas": 1})
         report = check(one_by_one, TOPO, placement)
         assert report.ok, report.violations
+
+
+def test_router_nodes_under_a_container_are_those_the_tree_puts_there():
+    """The walk finds a container's router nodes by bisection on their pre-order positions: for every domain
+    of the cluster (and a busier copy, where fewer nodes qualify) the same nodes, in the same order, as asking
+    the tree node by node."""
+    from placer.solver.greedy import _Scopes
+
+    spec, problem = CASES["llama-70b-disagg"]
+    busy = TOPO.with_usage({n.index: n.free_gpus[:5] for n in TOPO.nodes if n.index % 3 == 0})
+    for p in (problem, build_problem(spec, busy)):
+        topo, scopes = p.topology, _Scopes(p)
+        assert scopes.router_keys is not None and p.router_nodes
+        for dom in topo.domains:
+            expected = [n for n in p.router_nodes if topo.contains(dom, topo.node_domain[n])]
+            assert list(scopes.router_nodes(dom)) == expected, dom
+        assert list(scopes.router_nodes(None)) == list(p.router_nodes)

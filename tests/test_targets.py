@@ -88,8 +88,11 @@ _TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_si
 )
 _KEY = st.from_regex(r"[A-Za-z0-9._-]{1,20}(/[A-Za-z0-9._-]{1,20})?", fullmatch=True)  # label keys, env names, fields
 _VALUE = st.recursive(
-    st.one_of(_TEXT, st.integers(), st.booleans(), st.none(), st.sampled_from(["yes", "1e3", "0x1F", "~", "- a"])),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEY, inner, max_size=4),
+    st.one_of(
+        _TEXT, st.integers(), st.booleans(), st.none(), st.floats(), st.sampled_from(["yes", "1e3", "0x1F", "~", "- a"])
+    ),
+    # int keys among str ones cannot be sorted: both emitters then keep the dict's order
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEY | st.integers(), inner, max_size=4),
     max_leaves=12,
 )
 

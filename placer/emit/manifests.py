@@ -12,10 +12,13 @@ images, env), and documents are serialised by PyYAML or json, never by string te
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 from pathlib import Path
 
 import yaml
+from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from placer.check.verify import Report
 from placer.emit.targets import DEFAULT_TARGET, TARGETS, builder
@@ -95,19 +98,63 @@ class _FastDumper(getattr(yaml, "CSafeDumper", _PlainDumper)):  # type: ignore[m
     """The same, with libyaml's emitter (every PyPI wheel of PyYAML has it): 5x faster, which a batch of
     2,500 manifests needs (3 s with the Python emitter). It writes the same bytes as the Python one except
     where a long string holds characters outside printable ASCII (it folds those lines elsewhere), so only
-    documents without such strings are given to it (tests/test_targets.py)."""
+    documents without such strings are given to it (tests/test_targets.py).
+
+    What stays in Python is made direct: the plain types a manifest holds become nodes without PyYAML's
+    per-object lookup (anything else goes the usual way), and a scalar's implicit tag, a pure function of
+    its text, is remembered. Same nodes, so the same bytes; half the time on a batch."""
 
     def ignore_aliases(self, data) -> bool:
         return True
 
+    def represent_data(self, data):
+        kind = type(data)
+        if kind is str:
+            return ScalarNode(_STR, data, style=self.default_style)
+        if kind is dict and self.default_flow_style is not None:
+            items = list(data.items())
+            if self.sort_keys:
+                with contextlib.suppress(TypeError):  # keys of unlike types: as PyYAML, left in their order
+                    items = sorted(items)
+            pairs = [(self.represent_data(k), self.represent_data(v)) for k, v in items]
+            return MappingNode(_MAP, pairs, flow_style=self.default_flow_style)
+        if kind is list and self.default_flow_style is not None:
+            nodes = [self.represent_data(v) for v in data]
+            return SequenceNode(_SEQ, nodes, flow_style=self.default_flow_style)
+        if kind is int:
+            return ScalarNode(_INT, str(data), style=self.default_style)
+        return super().represent_data(data)
+
+    def resolve(self, kind, value, implicit):
+        if kind is ScalarNode and not self.yaml_path_resolvers:
+            return _scalar_tag(value, implicit)
+        return super().resolve(kind, value, implicit)
+
+
+_STR, _INT = "tag:yaml.org,2002:str", "tag:yaml.org,2002:int"
+_MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _scalar_tag(value: str, implicit: tuple[bool, bool]) -> str:
+    return yaml.resolver.Resolver().resolve(ScalarNode, value, implicit)
+
 
 def _printable_ascii(value) -> bool:
+    """Whether every string in the document is printable ASCII. Its repr says so at C speed when it is
+    ASCII with no backslash (a string's repr escapes exactly the unprintable characters and shows the
+    printable non-ASCII ones as they are); otherwise the strings are looked at one by one."""
+    text = repr(value)
+    return (text.isascii() and "\\" not in text) or _strings_printable_ascii(value)
+
+
+def _strings_printable_ascii(value) -> bool:
     if isinstance(value, str):
         return value.isascii() and value.isprintable()
     if isinstance(value, dict):
-        return all(_printable_ascii(k) and _printable_ascii(v) for k, v in value.items())
+        return all(_strings_printable_ascii(k) and _strings_printable_ascii(v) for k, v in value.items())
     if isinstance(value, list):
-        return all(_printable_ascii(v) for v in value)
+        return all(_strings_printable_ascii(v) for v in value)
     return True
 
 

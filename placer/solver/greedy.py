@@ -101,6 +101,20 @@ class _Scopes:
         self._marks: dict[int, tuple[str, ...]] = {}
         self.work = 0  # candidates looked at and nodes visited: the deterministic measure of the walk
         self.limit: int | None = None
+        keys = [topo.order[topo.node_domain[n]] for n in problem.router_nodes]
+        # Router nodes come in pre-order, so those under a container are one bisection away too.
+        self.router_keys = keys if all(a <= b for a, b in zip(keys, keys[1:], strict=False)) else None
+
+    def router_nodes(self, scope: str | None):
+        """The router candidates inside the domain ``scope`` (all of them for None), in their order."""
+        nodes = self.problem.router_nodes
+        if scope is None:
+            return nodes
+        topo = self.problem.topology
+        if self.router_keys is None:
+            return [n for n in nodes if topo.contains(scope, topo.node_domain[n])]
+        start, end = topo.subtree_interval(scope)
+        return nodes[bisect_left(self.router_keys, start) : bisect_left(self.router_keys, end)]
 
     def over(self) -> bool:
         return self.limit is not None and self.work > self.limit
@@ -267,7 +281,7 @@ def _try(problem: Problem, state: _State, combo: dict, scopes: _Scopes) -> Greed
                 sd = scopes.spread_domain(pool.candidates[cand_index].domain)
                 mine.update([sd] if sd is not None else [d for n, _gpus in pods for d in scopes.marks(n)])
     if problem.has_router:
-        node = _place_router(problem, state, combo)
+        node = _place_router(problem, state, combo, scopes)
         if node is None:
             return None
         replica.router = node
@@ -376,12 +390,9 @@ def _grab(state: _State, node: int, gpus: list[int], pool: PoolPlan) -> list[int
     return chosen
 
 
-def _place_router(problem: Problem, state: _State, combo: dict) -> int | None:
+def _place_router(problem: Problem, state: _State, combo: dict, scopes: _Scopes) -> int | None:
     scope = combo.get("router")
-    contains = problem.topology.contains
-    for n in problem.router_nodes:
-        if scope is not None and not contains(scope[1].domain, problem.topology.node_domain[n]):
-            continue
+    for n in scopes.router_nodes(None if scope is None else scope[1].domain):
         if state.cpu[n] >= problem.router_cpu_m and state.mem[n] >= problem.router_memory_bytes:
             state.cpu[n] -= problem.router_cpu_m
             state.mem[n] -= problem.router_memory_bytes
