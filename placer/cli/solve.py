@@ -277,7 +277,6 @@ def _solve_fleet(
     """Several deployments and/or --keep: the placed ones on stdout, a table of all of them on stderr."""
     from placer.emit.files import write_output
     from placer.emit.manifests import records_text
-    from placer.explain.fleet_view import fleet_table
     from placer.pipeline import run_fleet
 
     t0 = time.perf_counter()
@@ -299,9 +298,9 @@ def _solve_fleet(
         docs = topology_manifests(placed, res.topology, target, target_version)
         if str(topology_objects) == "-":
             res.manifests[:0] = docs
-    table = fleet_table(res, time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
     if dry_run:
-        _console(sys.stdout).print(table)
+        _console(sys.stdout).print(_fleet_table(res, seconds))
     else:
         if placement is not None:
             text = records_text([(p.deployment.spec, p.placement) for p in res.fleet.placed])
@@ -310,10 +309,16 @@ def _solve_fleet(
             _write_topology(topology_objects, docs, output, [*specs, cluster, *keep])
         sys.stdout.write(res.json() if output is OutputFormat.json else res.yaml())
         sys.stdout.flush()
-        if not quiet:
-            _console(sys.stderr).print(table)
+        if not quiet:  # with -q the table is not built at all (rich's tables cost 0.06 s to import)
+            _console(sys.stderr).print(_fleet_table(res, seconds))
     if res.fleet.unplaced:
         raise typer.Exit(1)
+
+
+def _fleet_table(res, seconds: float):
+    from placer.explain.fleet_view import fleet_table
+
+    return fleet_table(res, seconds)
 
 
 def _write_topology(path: Path, docs: list[dict], output, inputs) -> None:
