@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from placer.model.placement import InstancePlacement, Pod, ReplicaPlacement
 from placer.solver.cpsat.draws import solved_draws
 from placer.solver.cpsat.pods import solved_pieces
+from placer.solver.greedy import Lazy
 from placer.solver.problem import Candidate, Problem, kept_candidate
 
 
@@ -35,7 +36,7 @@ def decode_joint(parts: list[Part], solver) -> list[tuple[ReplicaPlacement, ...]
     counted per spread-level group (cpsat.draws) draws each group's GPUs in that group, in the same order,
     into a bank its instances then share."""
     topo = parts[0].problem.topology
-    free = {n.index: list(n.free_gpus) for n in topo.nodes}
+    free = Lazy(lambda n: list(topo.nodes[n].free_gpus))  # read per node when first touched: few are
     pods: list[dict[tuple, list[tuple[int, list[int]]]]] = [{} for _ in parts]
     chosen: list[dict[tuple, tuple[int, Candidate]]] = [{} for _ in parts]
     supply: list[dict[tuple, int]] = []

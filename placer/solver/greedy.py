@@ -50,7 +50,7 @@ class _Layer(dict):  # type: ignore[type-arg]
         return self.base[key]
 
 
-class _Lazy(dict):  # type: ignore[type-arg]
+class Lazy(dict):  # type: ignore[type-arg]
     """A node's entry read from the cluster the first time it is asked for: a walk touches few of the
     nodes, and a batch runs hundreds of walks on a 10,000-GPU cluster."""
 
@@ -191,9 +191,9 @@ def greedy_counted(problem: Problem, work_limit: int | None = None) -> tuple[lis
     topo = problem.topology
     nodes = topo.nodes
     state = _State(
-        _Lazy(lambda n: list(nodes[n].free_gpus)),
-        _Lazy(lambda n: nodes[n].cpu_free_m),
-        _Lazy(lambda n: nodes[n].memory_free_bytes),
+        Lazy(lambda n: list(nodes[n].free_gpus)),
+        Lazy(lambda n: nodes[n].cpu_free_m),
+        Lazy(lambda n: nodes[n].memory_free_bytes),
         set(),
     )
     scopes = _Scopes(problem)

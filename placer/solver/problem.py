@@ -133,8 +133,16 @@ def kept_candidate(problem: Problem, inst: InstancePlacement) -> int | None:
 
 
 def eligible_nodes(topo: Topology, pool: Pool) -> frozenset[int]:
+    """The nodes whose GPUs the pool's selector matches: the same on every state of one cluster (usage does
+    not change a node's GPUs or whether it is schedulable), so worked out once (Topology.static)."""
     sel = pool.gpu
-    return frozenset(node.index for node in topo.nodes if node_matches(node, sel.product, sel.min_memory_gib))
+    key = ("eligible", sel.product, sel.min_memory_gib)
+    found = topo.static.get(key)
+    if found is None:
+        found = topo.static[key] = frozenset(
+            node.index for node in topo.nodes if node_matches(node, sel.product, sel.min_memory_gib)
+        )
+    return found
 
 
 def node_matches(node: Node, product: str | None, min_memory_gib: float | None) -> bool:
@@ -347,26 +355,37 @@ def _router_candidates(problem: Problem) -> tuple[int, ...]:
     pod_cpu = max((p.cpu_m for p in problem.pools.values()), default=0)
     pod_mem = max((p.memory_bytes for p in problem.pools.values()), default=0)
     near = problem.spec.router.near.level if problem.spec.router and problem.spec.router.near else None
+    parents = _swap_parents(topo, near)
+    cpu, mem, replicas = problem.router_cpu_m, problem.router_memory_bytes, problem.replicas
     kept_per_parent: dict[str | None, int] = {}
     out = []
     for n in topo.nodes:
-        if not (
-            n.schedulable
-            and n.cpu_free_m >= problem.router_cpu_m
-            and n.memory_free_bytes >= problem.router_memory_bytes
-        ):
+        if not (n.schedulable and n.cpu_free_m >= cpu and n.memory_free_bytes >= mem):
             continue
         pods = len(n.free_gpus)
-        roomy = (
-            n.cpu_free_m >= problem.replicas * problem.router_cpu_m + pods * pod_cpu
-            and n.memory_free_bytes >= problem.replicas * problem.router_memory_bytes + pods * pod_mem
-        )
-        parent = topo.domains[topo.node_domain[n.index]].parent
-        # Swapping a router to a sibling is exact only if the parent itself may contain router and pool.
-        parent_ok = parent is not None and (near is None or LEVEL_RANK[topo.domains[parent].level] <= LEVEL_RANK[near])
-        if roomy and parent_ok:
-            if kept_per_parent.get(parent, 0) >= problem.replicas:
+        parent = parents[n.index]
+        if (
+            parent is not None
+            and n.cpu_free_m >= replicas * cpu + pods * pod_cpu
+            and n.memory_free_bytes >= replicas * mem + pods * pod_mem
+        ):
+            if kept_per_parent.get(parent, 0) >= replicas:
                 continue
             kept_per_parent[parent] = kept_per_parent.get(parent, 0) + 1
         out.append(n.index)
     return tuple(sorted(out, key=lambda i: topo.order[topo.node_domain[i]]))
+
+
+def _swap_parents(topo: Topology, near: str | None) -> list[str | None]:
+    """Per node, the parent domain under which a roomy router node may stand in for another, or None where
+    that is not exact: no parent, or one broader than the router's ``near`` level (a router that must share
+    a domain with its pool cannot move out of it). Static per cluster (Topology.static)."""
+    key = ("router-parents", near)
+    found = topo.static.get(key)
+    if found is None:
+        found = topo.static[key] = []
+        for n in topo.nodes:
+            parent = topo.domains[topo.node_domain[n.index]].parent
+            ok = parent is not None and (near is None or LEVEL_RANK[topo.domains[parent].level] <= LEVEL_RANK[near])
+            found.append(parent if ok else None)
+    return found

@@ -89,6 +89,9 @@ class Topology:
     measured: dict[str, str] = field(default_factory=dict)  # domain id -> source of its override figures
     level_labels: dict[str, str] = field(default_factory=dict)  # level -> node label key (file's topologyLabels)
     rail_optimized: bool = True  # NIC i of every node on leaf switch i (fabric.network.railOptimized)
+    # Facts no change of usage alters (node names, which nodes a GPU selector matches), worked out once per
+    # cluster: with_usage's states share this dict, and a batch builds a problem on hundreds of them.
+    static: dict = field(default_factory=dict, repr=False, compare=False)
 
     def node_by_name(self, name: str) -> Node:
         idx = self._by_name.get(name)
@@ -96,9 +99,12 @@ class Topology:
             raise KeyError(name)
         return self.nodes[idx]
 
-    @cached_property
+    @property
     def _by_name(self) -> dict[str, int]:
-        return {n.name: n.index for n in self.nodes}
+        names = self.static.get("names")
+        if names is None:
+            names = self.static["names"] = {n.name: n.index for n in self.nodes}
+        return names
 
     @cached_property
     def _subtree_end(self) -> dict[str, int]:
