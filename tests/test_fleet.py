@@ -474,3 +474,29 @@ def test_keep_refuses_two_running_instances_on_one_gpu(tmp_path):
         "solve", str(_write_specs(tmp_path, [_spec_doc("a", 4, 2)], "a2.yaml")), str(cluster), "--keep", str(record)
     )
     assert r.returncode == 2 and "held by both" in r.stderr and "forged.yaml" in r.stderr
+
+
+def test_a_batch_gives_back_what_it_set_aside_from_the_collector(tmp_path):
+    """run_fleet freezes what outlives it (gc.freeze) so the cycle collector does not walk it hundreds of
+    times; afterwards nothing stays frozen, after an input error too, and a process that froze objects
+    itself keeps exactly those frozen."""
+    import gc
+
+    cluster = _cluster(tmp_path, {})
+    specs = _write_specs(tmp_path, [_spec_doc("a", 4, 1)])
+    assert gc.get_freeze_count() == 0
+    seen: list[int] = []
+    assert run_fleet([specs], cluster, OPTS, progress=lambda _m: seen.append(gc.get_freeze_count())).fleet.placed
+    assert seen and min(seen) > 0  # frozen while it ran
+    assert gc.get_freeze_count() == 0
+    bad = _write_specs(tmp_path, [{**_spec_doc("b", 4, 1), "replicas": 0}], "bad.yaml")
+    with pytest.raises(InputError):
+        run_fleet([bad], cluster, OPTS)
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        mine = gc.get_freeze_count()
+        run_fleet([specs], cluster, OPTS)
+        assert gc.get_freeze_count() == mine
+    finally:
+        gc.unfreeze()
