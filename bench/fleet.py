@@ -22,6 +22,7 @@ Progress goes to stderr. Nothing here tunes or retries the solve: a run that mis
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import platform
 import random
@@ -366,7 +367,8 @@ def report(rows: list[Row], args: argparse.Namespace, gpus: int, count: int, com
         f"'solve' = `placer.pipeline.run_fleet(..., SolveOptions(time_limit_s={args.time_limit:g}))` in-process "
         "(load, fleet solve, joint bound, the independent checker on the whole batch, manifests); "
         f"'wall' / 'RSS' = one whole `placer solve SPEC_DIR CLUSTER -q --time-limit {args.time_limit:g}` process "
-        "(a second, separate solve of the same inputs; interpreter start and imports included), RSS its peak. "
+        "(a second, separate solve of the same inputs; interpreter start and imports included, placer's bytecode "
+        "compiled beforehand as an install does), RSS its peak. "
         "Cost and bound in the solver's cost units (0.01 weighted µs); gap = (cost - bound) / cost.",
         "",
         "## Results",
@@ -589,6 +591,10 @@ def main() -> None:
         seeds, gpus, count = 1, 2048, 20
     command = "python bench/fleet.py " + " ".join(sys.argv[1:])
     rows = []
+    if not args.no_cli:
+        # As an installed placer runs: its bytecode compiled (pip does this at install time; a shell with
+        # PYTHONDONTWRITEBYTECODE set would otherwise compile every module again in each measured process).
+        compileall.compile_dir(ROOT / "placer", quiet=1)
     with tempfile.TemporaryDirectory(prefix="placer-fleet-") as tmp:
         for seed in range(seeds):
             row = one_seed(seed, gpus, count, args.time_limit, Path(tmp), cli=not args.no_cli)
