@@ -26,8 +26,6 @@ from placer.solver.layout import Layout
 from placer.topology import cost
 from placer.topology.graph import Topology
 
-# link graph -> {shape key: entries}; the graph is what Topology.with_usage shares between states
-_STATIC: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # id(state) -> (weak reference to it, {eligible nodes: free GPUs per domain})
 _FREE: dict[int, tuple[weakref.ref, dict[frozenset[int], dict[str, int]]]] = {}
 
@@ -54,11 +52,10 @@ class Container:
 
 
 def static(topo: Topology, key: tuple, make: Callable[[], Any]) -> Any:
-    """``make()`` once per link graph and key."""
-    per_graph = _STATIC.setdefault(topo.graph, {})
-    found = per_graph.get(key)
+    """``make()`` once per cluster and key (Topology.static: every state of one cluster shares it)."""
+    found = topo.static.get(key)
     if found is None:
-        found = per_graph[key] = make()
+        found = topo.static[key] = make()
     return found
 
 

@@ -136,13 +136,11 @@ def eligible_nodes(topo: Topology, pool: Pool) -> frozenset[int]:
     """The nodes whose GPUs the pool's selector matches: the same on every state of one cluster (usage does
     not change a node's GPUs or whether it is schedulable), so worked out once (Topology.static)."""
     sel = pool.gpu
-    key = ("eligible", sel.product, sel.min_memory_gib)
-    found = topo.static.get(key)
-    if found is None:
-        found = topo.static[key] = frozenset(
-            node.index for node in topo.nodes if node_matches(node, sel.product, sel.min_memory_gib)
-        )
-    return found
+    return static(
+        topo,
+        ("eligible", sel.product, sel.min_memory_gib),
+        lambda: frozenset(node.index for node in topo.nodes if node_matches(node, sel.product, sel.min_memory_gib)),
+    )
 
 
 def node_matches(node: Node, product: str | None, min_memory_gib: float | None) -> bool:
@@ -380,12 +378,13 @@ def _swap_parents(topo: Topology, near: str | None) -> list[str | None]:
     """Per node, the parent domain under which a roomy router node may stand in for another, or None where
     that is not exact: no parent, or one broader than the router's ``near`` level (a router that must share
     a domain with its pool cannot move out of it). Static per cluster (Topology.static)."""
-    key = ("router-parents", near)
-    found = topo.static.get(key)
-    if found is None:
-        found = topo.static[key] = []
+
+    def make() -> list[str | None]:
+        out = []
         for n in topo.nodes:
             parent = topo.domains[topo.node_domain[n.index]].parent
             ok = parent is not None and (near is None or LEVEL_RANK[topo.domains[parent].level] <= LEVEL_RANK[near])
-            found.append(parent if ok else None)
-    return found
+            out.append(parent if ok else None)
+        return out
+
+    return static(topo, ("router-parents", near), make)

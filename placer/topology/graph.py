@@ -89,8 +89,9 @@ class Topology:
     measured: dict[str, str] = field(default_factory=dict)  # domain id -> source of its override figures
     level_labels: dict[str, str] = field(default_factory=dict)  # level -> node label key (file's topologyLabels)
     rail_optimized: bool = True  # NIC i of every node on leaf switch i (fabric.network.railOptimized)
-    # Facts no change of usage alters (node names, which nodes a GPU selector matches), worked out once per
-    # cluster: with_usage's states share this dict, and a batch builds a problem on hundreds of them.
+    # Facts no change of usage alters (node names, which nodes a GPU selector matches, a pool's candidate
+    # domains and their costs: placer.solver.candidates.static), worked out once per cluster: with_usage's
+    # states share this dict, and a batch builds a problem on hundreds of them.
     static: dict = field(default_factory=dict, repr=False, compare=False)
 
     def node_by_name(self, name: str) -> Node:
