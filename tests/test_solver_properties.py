@@ -398,3 +398,21 @@ def test_no_optimality_claim_where_a_domain_mixes_unlike_nodes():
     assert placement.stats.status == "feasible" and placement.stats.bound is None
     assert any("optimality not claimed: rack/r0" in n for n in placement.stats.notes)
     assert check(spec, topo, placement).ok
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(max_nodes=6, max_gpus=8), specs())
+def test_unlike_domains_are_those_of_the_problem_s_own_pairs(cluster_d, spec_d):
+    """A problem looks at its priced pairs for unlike domains only where the cluster has any anywhere
+    (placer.solver.figures.unlike_anywhere): the answer is the same as looking every time, on clusters that
+    mix NVLink and PCIe nodes in a rack and on ones that do not."""
+    from unittest import mock
+
+    spec = ServingTopology.model_validate(spec_d)
+    topo = build_topology(ClusterSpec.model_validate(cluster_d))
+    try:
+        quick = build_problem(spec, topo).unlike_domains
+    except (InfeasibleError, InputError):
+        return
+    with mock.patch("placer.solver.problem.unlike_anywhere", lambda _topo: frozenset({"always look"})):
+        assert build_problem(spec, topo).unlike_domains == quick

@@ -1,17 +1,10 @@
 """What a domain's links cost: the bandwidth and latency figures every candidate is priced with, and how
-many GPUs a domain has free. Memoised per link graph, because a batch builds hundreds of problems on it."""
+many GPUs a domain has free. Memoised per cluster (Topology.static): a batch builds hundreds of problems."""
 
 from __future__ import annotations
 
-import weakref
-
 from placer.topology import cost
 from placer.topology.graph import Topology
-
-# (node, domain) -> figures, per link graph: the figures depend only on the domain tree and the links,
-# which Topology.with_usage shares, so a batch that builds hundreds of problems on the states its earlier
-# placements leave computes each one once (it was most of a 100-deployment batch's time; bench/NOTES.md).
-_FIGURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _up_figures(topo: Topology, node: int, domain: str) -> cost.PathFigures:
@@ -30,10 +23,29 @@ def _up_figures(topo: Topology, node: int, domain: str) -> cost.PathFigures:
     return cost.PathFigures(bw, lat, topo.domains[domain].level)
 
 
+def unlike_anywhere(topo: Topology) -> frozenset[str]:
+    """Domains whose nodes do not all reach them with the same figures, over every node of the cluster: only
+    these can ever be unlike in one problem (Problem.unlike_domains), so a cluster without any, the usual
+    case, needs no problem's pairs looked at."""
+    found = topo.static.get("unlike anywhere")
+    if found is None:
+        seen: dict[str, set[tuple[float, float]]] = {}
+        for n in topo.nodes:
+            if n.gpus:  # every domain _up_figures can reach from the node (the rest raise there)
+                for d in topo.ancestors(topo.gpu_domain(n.index, n.gpus[0].index)):
+                    f = _up_figures(topo, n.index, d)
+                    seen.setdefault(d, set()).add((f.bandwidth_gbps, f.latency_us))
+        found = topo.static["unlike anywhere"] = frozenset(d for d, f in seen.items() if len(f) > 1)
+    return found
+
+
 def worst_figures(topo: Topology, domain: str, nodes: list[int], memo: dict) -> cost.PathFigures:
     """Worst-case ring figures for GPUs spread over ``nodes`` inside ``domain``. ``memo`` records the pairs
     this problem priced (Problem.unlike_domains reads it)."""
-    shared = _FIGURES.setdefault(topo.graph, {})
+    # (node, domain) -> figures, per cluster: they depend only on the domain tree and the links, so a batch
+    # that builds hundreds of problems on the states its placements leave computes each once (it was most of
+    # a 100-deployment batch's time; bench/NOTES.md).
+    shared = topo.static.setdefault("figures", {})
     bw, lat = float("inf"), 0.0
     for n in nodes:
         key = (n, domain)

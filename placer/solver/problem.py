@@ -29,7 +29,7 @@ from placer.solver.candidates import (
     router_containers,
     static,
 )
-from placer.solver.figures import domain_figures, free_in, worst_figures
+from placer.solver.figures import domain_figures, free_in, unlike_anywhere, worst_figures
 from placer.solver.layout import layout
 from placer.topology import cost
 from placer.topology.graph import Node, Topology
@@ -210,7 +210,7 @@ def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
     )
     _add_transfer(problem, memo)
     _add_router(problem)
-    problem.unlike_domains = _unlike_domains(memo)
+    problem.unlike_domains = _unlike_domains(memo) if unlike_anywhere(topo) else ()
     return problem
 
 
