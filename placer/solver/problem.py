@@ -228,7 +228,7 @@ def check_pool_fits(topo: Topology, name: str, pool: Pool, eligible: frozenset[i
     where = f"pools.{name}"
     if not eligible:
         return  # nothing matches the selector: no candidates; explained by placer.solver.conflicts if it matters
-    biggest = max(len(topo.nodes[n].gpus) for n in eligible)
+    biggest = static(topo, ("biggest", eligible), lambda: max(len(topo.nodes[n].gpus) for n in eligible))
     if pool.node_count is not None:
         if pool.gpus_per_node and pool.gpus_per_node > biggest:
             raise InputError(
