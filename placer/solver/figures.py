@@ -31,10 +31,18 @@ def unlike_anywhere(topo: Topology) -> frozenset[str]:
     if found is None:
         seen: dict[str, set[tuple[float, float]]] = {}
         for n in topo.nodes:
-            if n.gpus:  # every domain _up_figures can reach from the node (the rest raise there)
-                for d in topo.ancestors(topo.gpu_domain(n.index, n.gpus[0].index)):
-                    f = _up_figures(topo, n.index, d)
-                    seen.setdefault(d, set()).add((f.bandwidth_gbps, f.latency_us))
+            if not n.gpus:
+                continue
+            # _up_figures for every domain above the node at once: one walk up, not one per domain
+            gpu = n.gpus[0].index
+            current: str | None = topo.gpu_domain(n.index, gpu)
+            edge = topo.graph.edges[topo.gpu_vertex(n.index, gpu), current]
+            bw, lat = edge["bandwidth_gbps"], edge["latency_us"]
+            while current is not None:
+                seen.setdefault(current, set()).add((bw, lat))
+                dom = topo.domains[current]
+                bw, lat = min(bw, dom.up[0]), max(lat, dom.up[1])
+                current = dom.parent
         found = topo.static["unlike anywhere"] = frozenset(d for d, f in seen.items() if len(f) > 1)
     return found
 
