@@ -183,8 +183,7 @@ class FleetSolveResult:
     def yaml(self) -> str:
         from placer.emit.manifests import to_yaml
 
-        with LongLived():
-            return to_yaml(self.manifests)
+        return to_yaml(self.manifests)
 
     def json(self) -> str:
         from placer.emit.manifests import to_json_list
