@@ -17,7 +17,6 @@ import weakref
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from placer.model.levels import LEVEL_RANK
 from placer.model.spec import Pool, ServingTopology
@@ -51,16 +50,8 @@ class Container:
     units: int
 
 
-def static(topo: Topology, key: tuple, make: Callable[[], Any]) -> Any:
-    """``make()`` once per cluster and key (Topology.static: every state of one cluster shares it)."""
-    found = topo.static.get(key)
-    if found is None:
-        found = topo.static[key] = make()
-    return found
-
-
 def domains_in_order(topo: Topology) -> list[str]:
-    return static(topo, ("order",), lambda: sorted(topo.domains, key=topo.order.__getitem__))
+    return topo.cached(("order",), lambda: sorted(topo.domains, key=topo.order.__getitem__))
 
 
 def domain_free(topo: Topology, eligible: frozenset[int]) -> dict[str, int]:
@@ -79,8 +70,8 @@ def domain_free(topo: Topology, eligible: frozenset[int]) -> dict[str, int]:
 
 
 def _count_free(topo: Topology, eligible: frozenset[int]) -> dict[str, int]:
-    up = static(topo, ("ancestors",), lambda: [tuple(topo.ancestors(topo.node_domain[n.index])) for n in topo.nodes])
-    sockets = static(topo, ("sockets",), lambda: _socket_domains(topo))
+    up = topo.cached(("ancestors",), lambda: [tuple(topo.ancestors(topo.node_domain[n.index])) for n in topo.nodes])
+    sockets = topo.cached(("sockets",), lambda: _socket_domains(topo))
     free: dict[str, int] = defaultdict(int)
     for n in eligible:
         f = len(topo.nodes[n].free_gpus)
@@ -120,7 +111,7 @@ def pool_candidates(
         msg,
         spec.objective.all_reduce,
     )
-    entries = static(topo, key, lambda: _static_pool(topo, spec, pool, eligible, shape, msg))
+    entries = topo.cached(key, lambda: _static_pool(topo, spec, pool, eligible, shape, msg))
     size = pool.gpus_per_instance
     free = domain_free(topo, eligible)
     out = []
@@ -215,7 +206,7 @@ def kv_containers(
 
     free = domain_free(topo, eligible)
     out = []
-    for dom_id, cont, pairs in static(topo, ("kv", eligible, *key), make):
+    for dom_id, cont, pairs in topo.cached(("kv", eligible, *key), make):
         if free.get(dom_id, 0) >= need:
             memo.update(pairs)
             if cont is not None:
@@ -240,6 +231,6 @@ def router_containers(
     routers = set(router_nodes)
     return tuple(
         Container(d, topo.order[d], 0.0, 0)
-        for d in static(topo, ("router", eligible, level), make)
+        for d in topo.cached(("router", eligible, level), make)
         if free.get(d, 0) >= need and any(n in routers for n in topo.domains[d].nodes)
     )

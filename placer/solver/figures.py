@@ -1,5 +1,5 @@
 """What a domain's links cost: the bandwidth and latency figures every candidate is priced with, and how
-many GPUs a domain has free. Memoised per cluster (Topology.static): a batch builds hundreds of problems."""
+many GPUs a domain has free. Memoised per cluster (Topology.cached): a batch builds hundreds of problems."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def unlike_anywhere(topo: Topology) -> frozenset[str]:
     """Domains whose nodes do not all reach them with the same figures, over every node of the cluster: only
     these can ever be unlike in one problem (Problem.unlike_domains), so a cluster without any, the usual
     case, needs no problem's pairs looked at."""
-    found = topo.static.get("unlike anywhere")
-    if found is None:
+
+    def make() -> frozenset[str]:
         seen: dict[str, set[tuple[float, float]]] = {}
         for n in topo.nodes:
             if not n.gpus:
@@ -43,8 +43,9 @@ def unlike_anywhere(topo: Topology) -> frozenset[str]:
                 dom = topo.domains[current]
                 bw, lat = min(bw, dom.up[0]), max(lat, dom.up[1])
                 current = dom.parent
-        found = topo.static["unlike anywhere"] = frozenset(d for d, f in seen.items() if len(f) > 1)
-    return found
+        return frozenset(d for d, f in seen.items() if len(f) > 1)
+
+    return topo.cached("unlike anywhere", make)
 
 
 def worst_figures(topo: Topology, domain: str, nodes: list[int], memo: dict) -> cost.PathFigures:
@@ -53,7 +54,7 @@ def worst_figures(topo: Topology, domain: str, nodes: list[int], memo: dict) -> 
     # (node, domain) -> figures, per cluster: they depend only on the domain tree and the links, so a batch
     # that builds hundreds of problems on the states its placements leave computes each once (it was most of
     # a 100-deployment batch's time; bench/NOTES.md).
-    shared = topo.static.setdefault("figures", {})
+    shared = topo.cached("figures", dict)
     bw, lat = float("inf"), 0.0
     for n in nodes:
         key = (n, domain)

@@ -27,7 +27,6 @@ from placer.solver.candidates import (
     kv_containers,
     pool_candidates,
     router_containers,
-    static,
 )
 from placer.solver.figures import domain_figures, free_in, unlike_anywhere, worst_figures
 from placer.solver.layout import layout
@@ -134,10 +133,9 @@ def kept_candidate(problem: Problem, inst: InstancePlacement) -> int | None:
 
 def eligible_nodes(topo: Topology, pool: Pool) -> frozenset[int]:
     """The nodes whose GPUs the pool's selector matches: the same on every state of one cluster (usage does
-    not change a node's GPUs or whether it is schedulable), so worked out once (Topology.static)."""
+    not change a node's GPUs or whether it is schedulable), so worked out once (Topology.cached)."""
     sel = pool.gpu
-    return static(
-        topo,
+    return topo.cached(
         ("eligible", sel.product, sel.min_memory_gib),
         lambda: frozenset(node.index for node in topo.nodes if node_matches(node, sel.product, sel.min_memory_gib)),
     )
@@ -186,8 +184,7 @@ def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
         )
     w = spec.objective
     # Metrics are fixed when the cluster is loaded, so every state of it (fleet batches) shares the vector.
-    telemetry = static(
-        topo,
+    telemetry = topo.cached(
         ("telemetry", w.queue_depth, w.cache_miss),
         lambda: tuple(
             cost.telemetry_per_gpu_units(n.queue_depth, n.kv_cache_hit, w.queue_depth, w.cache_miss) for n in topo.nodes
@@ -228,7 +225,7 @@ def check_pool_fits(topo: Topology, name: str, pool: Pool, eligible: frozenset[i
     where = f"pools.{name}"
     if not eligible:
         return  # nothing matches the selector: no candidates; explained by placer.solver.conflicts if it matters
-    biggest = static(topo, ("biggest", eligible), lambda: max(len(topo.nodes[n].gpus) for n in eligible))
+    biggest = topo.cached(("biggest", eligible), lambda: max(len(topo.nodes[n].gpus) for n in eligible))
     if pool.node_count is not None:
         if pool.gpus_per_node and pool.gpus_per_node > biggest:
             raise InputError(
@@ -377,7 +374,7 @@ def _router_candidates(problem: Problem) -> tuple[int, ...]:
 def _swap_parents(topo: Topology, near: str | None) -> list[str | None]:
     """Per node, the parent domain under which a roomy router node may stand in for another, or None where
     that is not exact: no parent, or one broader than the router's ``near`` level (a router that must share
-    a domain with its pool cannot move out of it). Static per cluster (Topology.static)."""
+    a domain with its pool cannot move out of it). Static per cluster (Topology.cached)."""
 
     def make() -> list[str | None]:
         out = []
@@ -387,4 +384,4 @@ def _swap_parents(topo: Topology, near: str | None) -> list[str | None]:
             out.append(parent if ok else None)
         return out
 
-    return static(topo, ("router-parents", near), make)
+    return topo.cached(("router-parents", near), make)

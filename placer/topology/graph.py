@@ -90,7 +90,7 @@ class Topology:
     level_labels: dict[str, str] = field(default_factory=dict)  # level -> node label key (file's topologyLabels)
     rail_optimized: bool = True  # NIC i of every node on leaf switch i (fabric.network.railOptimized)
     # Facts no change of usage alters (node names, which nodes a GPU selector matches, a pool's candidate
-    # domains and their costs: placer.solver.candidates.static), worked out once per cluster: with_usage's
+    # domains and their costs; see ``cached``), worked out once per cluster: with_usage's
     # states share this dict, and a batch builds a problem on hundreds of them.
     static: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -100,12 +100,17 @@ class Topology:
             raise KeyError(name)
         return self.nodes[idx]
 
+    def cached(self, key, make):
+        """``make()`` once per cluster and key, in ``static`` (every state of the cluster shares it): only for
+        facts that no change of usage alters."""
+        found = self.static.get(key)
+        if found is None:
+            found = self.static[key] = make()
+        return found
+
     @property
     def _by_name(self) -> dict[str, int]:
-        names = self.static.get("names")
-        if names is None:
-            names = self.static["names"] = {n.name: n.index for n in self.nodes}
-        return names
+        return self.cached("names", lambda: {n.name: n.index for n in self.nodes})
 
     @cached_property
     def _subtree_end(self) -> dict[str, int]:
