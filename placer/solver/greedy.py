@@ -81,6 +81,16 @@ class _State:
         self.spread_used = trial.spread_used
 
 
+@dataclass
+class _Scope:
+    """A pool's candidates inside one choice of containers, in the walk's order, with what the walk reads
+    of each: its static key and its eligible nodes (all computed once, when the scope is ranked)."""
+
+    candidates: list[int]
+    statics: list[tuple[int, int]]
+    nodes: list[list[int]]
+
+
 class _Scopes:
     """Per pool, its candidates sorted by pre-order position, so the candidates under a container domain
     are one bisection away; and memoised per-candidate lookups the walk repeats."""
@@ -96,12 +106,13 @@ class _Scopes:
             self.keys[name] = [topo.order[plan.candidates[ci].domain] for ci in ranked]
         self._nodes: dict[tuple[str, int], list[int]] = {}
         self._static: dict[tuple[str, int], tuple[int, int]] = {}
-        self._in_scope: dict[tuple[str, int, int], list[int]] = {}
+        self._in_scope: dict[tuple[str, int, int], _Scope] = {}
         self._spread: dict[str, str | None] = {}
         self._marks: dict[int, tuple[str, ...]] = {}
         self.work = 0  # candidates looked at and nodes visited: the deterministic measure of the walk
         self.limit: int | None = None
-        keys = [topo.order[topo.node_domain[n]] for n in problem.router_nodes]
+        rank = topo.node_ranks
+        keys = [rank[n] for n in problem.router_nodes]
         # Router nodes come in pre-order, so those under a container are one bisection away too.
         self.router_keys = keys if all(a <= b for a, b in zip(keys, keys[1:], strict=False)) else None
 
@@ -119,8 +130,8 @@ class _Scopes:
     def over(self) -> bool:
         return self.limit is not None and self.work > self.limit
 
-    def in_scope(self, pool: str, combo: dict) -> list[int]:
-        """Candidate indices of ``pool`` inside every container of ``combo`` that covers it, best static key
+    def in_scope(self, pool: str, combo: dict) -> _Scope:
+        """The candidates of ``pool`` inside every container of ``combo`` that covers it, best static key
         first (see ``static``), so an instance's walk can stop at the first key worse than a fit."""
         topo = self.problem.topology
         lo, hi = 0, len(topo.order)
@@ -135,8 +146,11 @@ class _Scopes:
         found = self.sorted[pool][bisect_left(keys, lo) : bisect_left(keys, hi)] if lo < hi else []
         plan = self.problem.pools[pool]
         self.work += 2 * len(found) + 1
-        ranked = self._in_scope[(pool, lo, hi)] = sorted(found, key=lambda ci: (self.static(plan, ci), ci))
-        return ranked
+        ranked = sorted(found, key=lambda ci: (self.static(plan, ci), ci))
+        got = self._in_scope[(pool, lo, hi)] = _Scope(
+            ranked, [self.static(plan, ci) for ci in ranked], [self.nodes(plan, ci) for ci in ranked]
+        )
+        return got
 
     def static(self, pool: PoolPlan, ci: int) -> tuple[int, int]:
         """The part of a candidate's greedy key that does not change as GPUs are taken: (preferred-level
@@ -290,44 +304,54 @@ def _try(problem: Problem, state: _State, combo: dict, scopes: _Scopes) -> Greed
     return replica
 
 
-def _place_instance(problem: Problem, state: _State, pool: PoolPlan, scope: list[int], scopes: _Scopes):
+def _place_instance(problem: Problem, state: _State, pool: PoolPlan, scope: _Scope, scopes: _Scopes):
+    # The walk's hottest loop (a batch calls it ~45 k times): lookups are hoisted, and the common case (a
+    # candidate that is not a socket) counts free GPUs inline. Work is charged exactly as before.
     topo = problem.topology
     best = None
-    for ci in scope:
-        static = scopes.static(pool, ci)
-        if best is not None and static > best[0][:2]:
+    best_static = None
+    spread = problem.spread_level
+    used = state.spread_used
+    free, cpu, mem = state.free, state.cpu, state.mem
+    cpu_m, mem_b, limit = pool.cpu_m, pool.memory_bytes, scopes.limit
+    candidates, domains = pool.candidates, topo.domains
+    for ci, static, cand_nodes in zip(scope.candidates, scope.statics, scope.nodes, strict=True):
+        if best_static is not None and static > best_static:
             break  # the scope is sorted by this part of the key: nothing later can win
-        if scopes.over():
+        if limit is not None and scopes.work > limit:
             return None  # out of work: this trial is dropped, the replicas placed so far stand
         scopes.work += 1
-        cand = pool.candidates[ci]
-        if problem.spread_level and scopes.spread_domain(cand.domain) in state.spread_used:
+        cand = candidates[ci]
+        if spread and scopes.spread_domain(cand.domain) in used:
             continue
-        dom = topo.domains[cand.domain]
-        nodes = _usable(problem, scopes, pool, ci, state.spread_used)
+        broad = spread and scopes.spread_domain(cand.domain) is None  # may draw from several spread domains
+        nodes = scopes.open_nodes(pool, ci, used) if broad else cand_nodes
         scopes.work += len(nodes)
         if pool.multi_node:
             g = pool.gpus_per_node or 0
-            fit = [
-                n
-                for n in nodes
-                if len(state.free[n]) >= g and state.cpu[n] >= pool.cpu_m and state.mem[n] >= pool.memory_bytes
-            ]
+            fit = [n for n in nodes if len(free[n]) >= g and cpu[n] >= cpu_m and mem[n] >= mem_b]
             if len(fit) < (pool.node_count or 0):
                 continue
-            left = sum(len(state.free[n]) for n in fit)
+            left = sum(len(free[n]) for n in fit)
         else:
             # every node an instance takes GPUs from gets one of its pods: only nodes with room for one count
-            left = sum(len(_free_of(topo, state, n, dom)) for n in nodes if _pod_fits(state, n, pool))
+            dom = domains[cand.domain]
+            if dom.level == "socket":
+                left = sum(len(_free_of(topo, state, n, dom)) for n in nodes if _pod_fits(state, n, pool))
+            else:
+                left = 0
+                for n in nodes:
+                    if cpu[n] >= cpu_m and mem[n] >= mem_b:
+                        left += len(free[n])
             if left < pool.size:
                 continue
         key = (*static, left, cand.order)
         if best is None or key < best[0]:
-            best = (key, ci)
+            best, best_static = (key, ci), static
     if best is None:
         return None
     ci = best[1]
-    return ci, _take(problem, state, pool, pool.candidates[ci], _usable(problem, scopes, pool, ci, state.spread_used))
+    return ci, _take(problem, state, pool, candidates[ci], _usable(problem, scopes, pool, ci, used))
 
 
 def _usable(problem: Problem, scopes: _Scopes, pool: PoolPlan, ci: int, used: set[str]) -> list[int]:
@@ -364,17 +388,18 @@ def _take(
         return pods
     need = pool.size
     # Best fit: draw from the most fragmented nodes first, leaving whole nodes for whole-node instances.
-    order = sorted(
-        nodes,
-        key=lambda n: (problem.telemetry_units[n], len(_free_of(topo, state, n, dom)), topo.order[topo.node_domain[n]]),
-    )
-    for n in order:
+    if len(nodes) > 1:
+        tele, order, node_domain = problem.telemetry_units, topo.order, topo.node_domain
+        nodes = sorted(nodes, key=lambda n: (tele[n], len(_free_of(topo, state, n, dom)), order[node_domain[n]]))
+    for n in nodes:
         avail = _free_of(topo, state, n, dom)
-        if not avail or need == 0 or not _pod_fits(state, n, pool):
+        if not avail or not _pod_fits(state, n, pool):
             continue
         take = avail[: min(need, len(avail))]
         pods.append((n, _grab(state, n, take, pool)))
         need -= len(take)
+        if need == 0:
+            break
     return sorted(pods)
 
 
@@ -384,7 +409,8 @@ def _pod_fits(state: _State, node: int, pool: PoolPlan) -> bool:
 
 def _grab(state: _State, node: int, gpus: list[int], pool: PoolPlan) -> list[int]:
     chosen = list(gpus)
-    state.free[node] = [g for g in state.free[node] if g not in chosen]
+    taken = set(chosen)
+    state.free[node] = [g for g in state.free[node] if g not in taken]
     state.cpu[node] -= pool.cpu_m
     state.mem[node] -= pool.memory_bytes
     return chosen

@@ -115,7 +115,7 @@ def with_kept(problem: Problem, kept: Kept) -> Problem:
     the pruning in _router_candidates dropped them."""
     topo = problem.topology
     routers = {topo.node_by_name(n).index for n in kept.routers.values()}
-    nodes = tuple(sorted(set(problem.router_nodes) | routers, key=lambda i: topo.order[topo.node_domain[i]]))
+    nodes = tuple(sorted(set(problem.router_nodes) | routers, key=topo.node_ranks.__getitem__))
     return replace(problem, kept=kept, router_nodes=nodes)
 
 
@@ -354,21 +354,19 @@ def _router_candidates(problem: Problem) -> tuple[int, ...]:
     cpu, mem, replicas = problem.router_cpu_m, problem.router_memory_bytes, problem.replicas
     kept_per_parent: dict[str | None, int] = {}
     out = []
-    for n in topo.nodes:
-        if not (n.schedulable and n.cpu_free_m >= cpu and n.memory_free_bytes >= mem):
+    for n, parent in zip(topo.nodes, parents, strict=True):
+        cpu_free, mem_free = n.cpu_free_m, n.memory_free_bytes
+        if not (n.schedulable and cpu_free >= cpu and mem_free >= mem):
             continue
-        pods = len(n.free_gpus)
-        parent = parents[n.index]
-        if (
-            parent is not None
-            and n.cpu_free_m >= replicas * cpu + pods * pod_cpu
-            and n.memory_free_bytes >= replicas * mem + pods * pod_mem
-        ):
-            if kept_per_parent.get(parent, 0) >= replicas:
-                continue
-            kept_per_parent[parent] = kept_per_parent.get(parent, 0) + 1
+        if parent is not None:
+            pods = len(n.free_gpus)
+            if cpu_free >= replicas * cpu + pods * pod_cpu and mem_free >= replicas * mem + pods * pod_mem:
+                kept = kept_per_parent.get(parent, 0)
+                if kept >= replicas:
+                    continue
+                kept_per_parent[parent] = kept + 1
         out.append(n.index)
-    return tuple(sorted(out, key=lambda i: topo.order[topo.node_domain[i]]))
+    return tuple(sorted(out, key=topo.node_ranks.__getitem__))
 
 
 def _swap_parents(topo: Topology, near: str | None) -> list[str | None]:

@@ -109,6 +109,11 @@ class Topology:
         return found
 
     @property
+    def node_ranks(self) -> list[int]:
+        """Per node index, the pre-order position of its domain: sorting nodes by it walks the tree."""
+        return self.cached("node-ranks", lambda: [self.order[self.node_domain[n.index]] for n in self.nodes])
+
+    @property
     def _by_name(self) -> dict[str, int]:
         return self.cached("names", lambda: {n.name: n.index for n in self.nodes})
 
