@@ -1,3 +1,3 @@
-from placer.cli import main
+from placer.cli import run
 
-main()
+run()

@@ -46,8 +46,14 @@ def placer_cmd() -> list[str]:
     return [str(Path(sys.executable).parent / "placer")]
 
 
+def user_env() -> dict[str, str]:
+    """The environment as a user's shell has it: no debug switch, and Python's streams buffered (a CI shell
+    may set PYTHONUNBUFFERED, which would hide an output lost at exit)."""
+    return {k: v for k, v in os.environ.items() if k not in ("PLACER_DEBUG", "PYTHONUNBUFFERED")}
+
+
 def run(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PLACER_DEBUG"}
+    env = user_env()
     return subprocess.run(
         [*placer_cmd(), *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
     )
@@ -266,3 +272,56 @@ def test_cluster_generate_validates(tmp_path: Path) -> None:
     assert (tmp_path / "out.yaml").read_text() == proc.stdout  # same seed, same file
     checked = run("validate", AGG, path)
     assert checked.returncode == 0, checked.stderr
+
+
+# --- the process's exit (placer.cli.run ends the process without tearing the interpreter down) ----------
+
+
+def test_every_stream_is_flushed_before_the_process_ends() -> None:
+    """``run`` ends with os._exit: whatever a command left in Python's buffers must still arrive, and
+    ``schema`` writes its JSON without flushing it itself."""
+    proc = run("schema")
+    assert proc.returncode == 0, proc.stderr
+    assert set(json.loads(proc.stdout)) == {"servingtopology", "cluster", "placement"}
+    failed = run("solve", SPECS / "missing.yaml", SMALL)
+    assert_clean_failure(failed, 2)
+    assert "missing.yaml" in failed.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_process_with_1_and_no_traceback() -> None:
+    proc = subprocess.Popen(
+        [*placer_cmd(), "solve", str(DISAGG), str(CLUSTERS / "dgx-h100-1024.yaml"), "-q"],
+        cwd=ROOT,
+        env=user_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before a byte is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1
+    assert err == ""
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "stderr"),
+    [
+        ("sys.exit('went wrong')", 1, "went wrong\n"),  # what Python does with a text exit
+        ("sys.exit(None)", 0, ""),
+        ("sys.exit(3)", 3, ""),
+        ("print('kept', end='')", 0, ""),  # returned normally: 0, and unflushed stdout still arrives
+    ],
+)
+def test_run_exits_as_python_would(body: str, code: int, stderr: str) -> None:
+    script = f"import sys, placer.cli as cli\ndef main():\n    {body}\ncli.main = main\ncli.run()\n"
+    proc = subprocess.run([sys.executable, "-c", script], env=user_env(), capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (code, stderr)
+    assert proc.stdout == ("kept" if "kept" in body else "")
+
+
+def test_the_installed_script_and_python_m_both_end_through_run() -> None:
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "placer"]
+    assert script.value == "placer.cli:run"
+    assert "run()" in (Path(placer.__file__).parent / "__main__.py").read_text()
