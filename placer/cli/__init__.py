@@ -7,6 +7,7 @@ A traceback is shown only when PLACER_DEBUG is set.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -83,10 +84,8 @@ def run() -> None:
         sys.stdout.flush()
     except OSError:  # the reader went away (placer solve ... | head): as typer reports a closed pipe
         code = code or 1
-    try:
+    with contextlib.suppress(OSError):
         sys.stderr.flush()
-    except OSError:
-        pass
     os._exit(code)
 
 

@@ -161,17 +161,14 @@ def _strings_printable_ascii(value) -> bool:
 def to_yaml(docs: list[dict]) -> str:
     """Every document after a ``---`` line, keys sorted: the same bytes for the same manifests, with or
     without libyaml."""
-    return "".join(
-        "---\n"
-        + yaml.dump(
-            doc,
-            Dumper=_FastDumper if _printable_ascii(doc) else _PlainDumper,
-            sort_keys=True,
-            default_flow_style=False,
-            width=1000,
-        )
-        for doc in docs
-    )
+    return "".join("---\n" + _dump(doc, width=1000) for doc in docs)
+
+
+def _dump(doc, width: int | None = None) -> str:
+    """One document in block style, keys sorted (``width`` None: PyYAML's 80 columns), by libyaml's emitter
+    where every string in it is printable ASCII and by the Python one otherwise: the same bytes either way."""
+    dumper = _FastDumper if _printable_ascii(doc) else _PlainDumper
+    return yaml.dump(doc, Dumper=dumper, sort_keys=True, default_flow_style=False, width=width)
 
 
 def to_json_list(docs: list[dict]) -> str:
@@ -183,14 +180,9 @@ def placement_text(placement: Placement, path: Path, spec: ServingTopology) -> s
     record = placement.to_record(spec_record(spec))
     if path.suffix.lower() == ".json":
         return json.dumps(record, indent=2, sort_keys=True) + "\n"
-    return yaml.dump(record, Dumper=_PlainDumper, sort_keys=True, default_flow_style=False)
+    return _dump(record)
 
 
 def records_text(placements: list[tuple[ServingTopology, Placement]]) -> str:
     """Several placement records as one YAML stream (what --placement writes for a batch)."""
-    import yaml
-
-    return "".join(
-        "---\n" + yaml.dump(p.to_record(spec_record(s)), Dumper=_PlainDumper, sort_keys=True, default_flow_style=False)
-        for s, p in placements
-    )
+    return "".join("---\n" + _dump(p.to_record(spec_record(s))) for s, p in placements)

@@ -232,5 +232,5 @@ def router_containers(
     return tuple(
         Container(d, topo.order[d], 0.0, 0)
         for d in topo.cached(("router", eligible, level), make)
-        if free.get(d, 0) >= need and any(n in routers for n in topo.domains[d].nodes)
+        if free.get(d, 0) >= need and not routers.isdisjoint(topo.domains[d].nodes)
     )
