@@ -11,6 +11,7 @@ from test_fleet import _spec_doc, leaf_cluster
 from test_solver_properties import clusters, specs
 
 import placer.solver.fleet as fleet_module
+import placer.solver.fleet_one as fleet_one_module
 from placer.check.verify import check
 from placer.model.cluster import ClusterSpec
 from placer.model.errors import InfeasibleError, InputError
@@ -18,7 +19,8 @@ from placer.model.load import load_cluster
 from placer.model.spec import ServingTopology
 from placer.pipeline import verify_fleet
 from placer.solver.fleet import Deployment, solve_fleet
-from placer.solver.fleet_one import place_one
+from placer.solver.fleet_one import place_one, replica_floor
+from placer.solver.greedy import greedy
 from placer.solver.options import Budget
 from placer.solver.problem import build_problem
 from placer.solver.scarcity import at_prices, scarcity_prices, true_cost, whole_node_demand
@@ -175,3 +177,70 @@ def test_the_batch_table_says_which_deployments_were_placed_at_prices(tmp_path):
     rows = {line.split()[0]: line for line in out.getvalue().splitlines() if line.startswith("default/")}
     assert "feasible, at scarcity prices" in rows["default/small"]
     assert "scarcity" not in rows["default/big"] and "optimal" in rows["default/big"]
+
+
+# ---- the greedy's second container order (fleet_one._by_telemetry, replica_floor) ----------------------
+
+
+def _two_racks(tmp_path):
+    """Rack r1: a cheap node with one TP2 slot free and a dear node wholly free; rack r2: two cheap nodes
+    wholly free. The cheapest single GPU is the same in both racks."""
+    rows = [("a1", [0, 1, 2, 3, 4, 5], 0.9, "r1"), ("a2", [], 0.1, "r1"), ("b1", [], 0.9, "r2"), ("b2", [], 0.9, "r2")]
+    nodes = []
+    for name, busy, hit, rack in rows:
+        node = {"name": name, "rack": rack, "leaf": "l1", "gpus": {"count": 8, "product": "H100", "memoryGiB": 80}}
+        node["metrics"] = {"queueDepth": 0, "kvCacheHit": hit}
+        if busy:
+            node["busy"] = list(busy)
+        nodes.append(node)
+    doc = {"apiVersion": "placer.dev/v1alpha1", "kind": "Cluster", "metadata": {"name": "two"}, "nodes": nodes}
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return build_topology(load_cluster(path))
+
+
+def test_containers_are_tried_by_what_a_replica_pays_in_them_not_by_their_cheapest_gpu(tmp_path):
+    topo = _two_racks(tmp_path)
+    spec = _spec("small", 2, 4, router={"cpu": "1", "memory": "1Gi", "near": {"pool": "aggregated", "level": "rack"}})
+    problem = build_problem(spec, topo)
+    (coloc,) = problem.colocations
+    racks = [c for c in coloc.containers if c.domain.startswith("rack/")]
+    assert [c.domain for c in sorted(racks, key=lambda c: c.order)] == ["rack/r1", "rack/r2"]  # the tree's order
+    floor = replica_floor(problem, coloc)
+    units = problem.telemetry_units
+    cheap, dear = units[topo.node_by_name("b1").index], units[topo.node_by_name("a2").index]
+    assert floor(racks[0]) == (0, racks[0].units + 2 * cheap + 6 * dear)  # a1's one slot, then the dear node
+    assert floor(racks[1]) == (0, racks[1].units + 8 * cheap)
+    ranked = fleet_one_module._by_telemetry(problem).colocations[0].containers
+    order = {c.domain: c.order for c in ranked}
+    assert order["rack/r2"] < order["rack/r1"]
+    # a node with 2 GPUs free cannot hold a TP4 instance: no slot there counts
+    tp4 = build_problem(
+        _spec("four", 4, 2, router={"cpu": "1", "memory": "1Gi", "near": {"pool": "aggregated", "level": "rack"}}), topo
+    )
+    r1 = next(c for c in tp4.colocations[0].containers if c.domain == "rack/r1")
+    assert replica_floor(tp4, tp4.colocations[0])(r1) == (0, r1.units + 8 * dear)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(max_nodes=5, max_gpus=8), specs(tps=(1, 2, 4)))
+def test_a_replica_never_pays_less_than_its_containers_floor(cluster_d, spec_d):
+    """replica_floor is a lower bound: every replica the greedy places in a container pays at least its
+    floor there (KV units, its members' all-reduce units and the telemetry of their GPUs), and the floor
+    says no GPUs are short."""
+    topo = build_topology(ClusterSpec.model_validate(cluster_d))
+    try:
+        problem = build_problem(ServingTopology.model_validate(spec_d), topo)
+    except (InfeasibleError, InputError):
+        return
+    ranked = fleet_one_module._by_telemetry(problem)
+    for replica in greedy(ranked):
+        for coloc in problem.colocations:
+            container = coloc.containers[replica.containers[coloc.name]]
+            paid = container.units
+            for inst in replica.instances:
+                if inst.pool in coloc.pools:
+                    paid += problem.pools[inst.pool].candidates[inst.candidate].units
+                    paid += sum(len(gpus) * problem.telemetry_units[n] for n, gpus in inst.pods)
+            short, floor = replica_floor(problem, coloc)(container)
+            assert short == 0 and floor <= paid

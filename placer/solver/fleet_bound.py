@@ -69,7 +69,7 @@ def problem_terms(problem: Problem, n: int, fewest: bool) -> _Terms:
         units = meets if fewest and meets else [c.units for c in plan.candidates]
         structural += n * plan.instances * min(units, default=0)
         group = (spec.objective.queue_depth, spec.objective.cache_miss, plan.eligible)
-        demand.append((group, _slot(plan), n * plan.instances * plan.size))
+        demand.append((group, plan.slot, n * plan.instances * plan.size))
         tele[group] = problem.telemetry_units
     for coloc in problem.colocations:
         structural += n * min((c.units for c in coloc.containers), default=0)
@@ -91,16 +91,6 @@ def _combine(terms: list[_Terms], topology: Topology) -> int:
         tele_of |= tele
     telemetry = sum(_telemetry_bound(topology, g[2], tele_of[g], s) for g, s in slots.items())
     return sum(t[0] for t in terms) + telemetry
-
-
-def _slot(plan) -> int:
-    """The fewest GPUs one node must have free to hold part of an instance of this pool: the whole
-    instance when it may only sit on one node, gpusPerNode for multi-node, 1 when it may span."""
-    if plan.multi_node:
-        return plan.gpus_per_node or 1
-    if all(c.kind == "unit" for c in plan.candidates):
-        return plan.size
-    return 1
 
 
 def _telemetry_bound(

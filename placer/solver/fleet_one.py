@@ -4,14 +4,16 @@ the same shape asking less was already proven not to fit on more room."""
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from placer.model.errors import InfeasibleError
 from placer.model.placement import Placement, SolveStats
 from placer.solver.fleet_bound import problem_bound
 from placer.solver.options import Budget, SolveOptions
-from placer.solver.problem import Problem
+from placer.solver.problem import Colocation, Container, Problem
 from placer.solver.solve import solve
 
 # A greedy placement this close to its own lower bound is kept without a solve (status feasible, its gap
@@ -97,26 +99,49 @@ def place_one(problem: Problem, options: SolveOptions, budget: Budget) -> Placem
 
 
 def _by_telemetry(problem: Problem) -> Problem:
-    """The problem with each replica-level rule's containers ordered by KV units plus the cheapest
-    telemetry one replica's members could find free in them (the greedy tries containers in that order;
-    nothing else reads a container's order there)."""
-    topo, tele = problem.topology, problem.telemetry_units
+    """The problem with each replica-level rule's containers ordered by ``replica_floor``, containers
+    without room for a replica last (the greedy tries containers in that order; nothing else reads a
+    container's order there). Why not the cheapest single GPU times the replica's GPUs, as before: a rack
+    with one cheap GPU free and the rest dear then ranked with a rack of cheap nodes, and the greedy, which
+    keeps the best of the first 12 containers that fit, paid for dear GPUs where the optimum had none
+    (bench/NOTES.md, session of 2026-11-25)."""
     colocs = []
     for coloc in problem.colocations:
-        plans = [problem.pools[p] for p in coloc.pools]
-        eligible = frozenset().union(*(p.eligible for p in plans))
-        gpus = sum(p.size * p.instances for p in plans)
-
-        def est(c, eligible=eligible, gpus=gpus) -> int:
-            free = [tele[n] for n in topo.domains[c.domain].nodes if n in eligible and topo.nodes[n].free_gpus]
-            return c.units + gpus * min(free, default=0)
-
-        ranked = sorted(coloc.containers, key=lambda c: (est(c), c.order))
+        floor = replica_floor(problem, coloc)
+        ranked = sorted(coloc.containers, key=lambda c, floor=floor: (floor(c), c.order))
         rank = {c.domain: i for i, c in enumerate(ranked)}
-        colocs.append(
-            replace(coloc, containers=tuple(replace(c, units=c.units, order=rank[c.domain]) for c in coloc.containers))
-        )
+        colocs.append(replace(coloc, containers=tuple(replace(c, order=rank[c.domain]) for c in coloc.containers)))
     return replace(problem, colocations=colocs)
+
+
+def replica_floor(problem: Problem, coloc: Colocation) -> Callable[[Container], tuple[int, int]]:
+    """Per container, (GPUs short, cost units at least) of one replica's members of ``coloc`` inside it:
+    the container's KV units plus the telemetry of the cheapest eligible GPUs free in it, taken in whole
+    slots per node (an instance that must sit on one node cannot use a node with fewer free). With none
+    short, every placement of a replica there costs at least this much (all-reduce units only add)."""
+    topo, tele = problem.topology, problem.telemetry_units
+    plans = [problem.pools[p] for p in coloc.pools]
+    eligible = frozenset().union(*(p.eligible for p in plans))
+    slot = math.gcd(*(p.slot for p in plans))  # what any mix of the members' instances takes from a node
+    gpus = sum(p.size * p.instances for p in plans)
+
+    def floor(container: Container) -> tuple[int, int]:
+        offers = []
+        for n in topo.domains[container.domain].nodes:
+            usable = len(topo.nodes[n].free_gpus) // slot * slot if n in eligible else 0
+            if usable:
+                offers.append((tele[n], usable))
+        offers.sort()
+        need, units = gpus, container.units
+        for price, usable in offers:
+            take = min(usable, need)
+            units += take * price
+            need -= take
+            if not need:
+                break
+        return need, units
+
+    return floor
 
 
 class Refused:

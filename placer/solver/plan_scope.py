@@ -70,16 +70,9 @@ def _homes(spec: ServingTopology, free_all: Topology) -> list[tuple[str, int, in
         plans = [problem.pools[p] for p in widest.pools]
         need = sum(p.size * p.instances for p in plans)
         eligible = frozenset().union(*(p.eligible for p in plans))
-        return [(c.domain, need, min(_slot(p) for p in plans), eligible) for c in widest.containers]
+        return [(c.domain, need, min(p.slot for p in plans), eligible) for c in widest.containers]
     pool = max(problem.pools.values(), key=lambda p: (p.size * p.instances, p.name))
-    return [(c.domain, pool.size, _slot(pool), pool.eligible) for c in pool.candidates]
-
-
-def _slot(plan) -> int:
-    """GPUs a node must have free to hold part of one instance: all of it when it sits on one node."""
-    if plan.multi_node:
-        return plan.gpus_per_node or 1
-    return plan.size if all(c.kind == "unit" for c in plan.candidates) else 1
+    return [(c.domain, pool.size, pool.slot, pool.eligible) for c in pool.candidates]
 
 
 def _rank(

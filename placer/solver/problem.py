@@ -57,6 +57,14 @@ class PoolPlan:
     def multi_node(self) -> bool:
         return self.node_count is not None
 
+    @property
+    def slot(self) -> int:
+        """The fewest GPUs one node must have free to hold part of an instance: the whole instance when it
+        may only sit on one node, gpusPerNode for multi-node, 1 when it may span nodes."""
+        if self.multi_node:
+            return self.gpus_per_node or 1
+        return self.size if all(c.kind == "unit" for c in self.candidates) else 1
+
 
 @dataclass(frozen=True)
 class Colocation:
