@@ -52,7 +52,6 @@ from placer.model.load import load_cluster  # noqa: E402
 from placer.model.placement import Placement  # noqa: E402
 from placer.model.spec import ServingTopology  # noqa: E402
 from placer.solver.fleet import _fixed_replicas  # noqa: E402
-from placer.solver.fleet_bound import _slot  # noqa: E402
 from placer.solver.fleet_one import place_one  # noqa: E402
 from placer.solver.options import Budget, SolveOptions  # noqa: E402
 from placer.solver.problem import Colocation, Problem, build_problem  # noqa: E402
@@ -104,7 +103,7 @@ def relaxation(placed: list[tuple[ServingTopology, Placement]], topo: Topology) 
         rules = _narrowest_first(problem)
         if not rules:
             for plan in problem.pools.values():
-                wants[(topo.root, _slot(plan))].append((n, plan.instances * plan.size))
+                wants[(topo.root, plan.slot)].append((n, plan.instances * plan.size))
             continue
         narrow, others = rules[0], rules[1:]
         units: dict[str, int] = {}
@@ -131,7 +130,7 @@ def relaxation(placed: list[tuple[ServingTopology, Placement]], topo: Topology) 
             mine[container] = r
             cost.append((r, own + extra))
             for pool, plan in problem.pools.items():
-                wants[(where.get(pool, topo.root), _slot(plan))].append((r, plan.instances * plan.size))
+                wants[(where.get(pool, topo.root), plan.slot)].append((r, plan.instances * plan.size))
         model.add(sum(mine.values()) == n)
         if problem.spread_level == "rack":
             for container, r in mine.items():
@@ -241,7 +240,7 @@ def hint_with_batch(relax: Relaxation, placed: list[tuple[ServingTopology, Place
         problem = build_problem(spec, topo)
         for rep in placement.replicas:
             for inst in rep.instances:
-                size = _slot(problem.pools[inst.pool])
+                size = problem.pools[inst.pool].slot
                 for pod in inst.pods:
                     node = topo.node_by_name(pod.node)
                     rack = _rack_or_wider(topo, topo.node_domain[node.index])

@@ -156,9 +156,17 @@ def test_the_cost_with_prices_taken_off_is_the_checker_s(cluster_d, doc, raw):
         placement = place_one(at_prices(problem, prices), OPTS, Budget.of(OPTS))
     except (InfeasibleError, InputError):  # no placement, or a TP size no node of the draw holds
         return
+    on_priced = any(
+        prices[topo.node_by_name(pod.node).index]
+        for rep in placement.replicas
+        for inst in rep.instances
+        for pod in inst.pods
+    )
     placement = true_cost(placement, topo, prices)
     if not problem.unlike_domains:  # there the solver prices a domain at its worst case, by design
         assert placement.stats.objective == check(spec, topo, placement).total_units
+    note = placement.stats.notes[-1]
+    assert ("uses none of the priced nodes" in note) == (not on_priced), note
 
 
 def test_the_batch_table_says_which_deployments_were_placed_at_prices(tmp_path):

@@ -89,7 +89,9 @@ def true_cost(placement: Placement, topo: Topology, prices: tuple[int, ...]) -> 
         for pod in inst.pods
     )
     stats = placement.stats
-    note = f"{SCARCITY_NOTE} ({paid} units of prices taken off its cost)"
+    # 'feasible' either way: optimal at the prices, but a placement on priced nodes may truly cost less
+    taken = f"{paid} units of prices taken off its cost" if paid else "it uses none of the priced nodes"
+    note = f"{SCARCITY_NOTE} ({taken})"
     return replace(
         placement,
         stats=replace(
