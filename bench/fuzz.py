@@ -392,11 +392,16 @@ class Outcome:
 
 
 def _entry_point() -> Callable[[], None]:
-    """The installed ``placer`` console script's function: what a user runs, called in this process."""
+    """The installed ``placer`` console script's command, called in this process. The script's function is
+    ``placer.cli.run``: ``main``, then the process ends at once (os._exit), which would end the fuzzer too;
+    so where the script runs ``run``, its ``main`` is what is called here."""
     from importlib.metadata import entry_points
 
+    from placer import cli
+
     (script,) = entry_points(group="console_scripts", name="placer")
-    return script.load()
+    function = script.load()
+    return cli.main if function is cli.run else function
 
 
 def _run_inprocess(argv: list[str], time_bound: float = TIME_BOUND_S) -> Outcome:
