@@ -83,10 +83,16 @@ def test_the_python_emitter_writes_the_same_bytes(solved, monkeypatch):
     assert {target: to_yaml(built) for target, built in docs.items()} == with_libyaml
 
 
-_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40) | st.text(
-    st.sampled_from("ab -:#'\"\\\n\té\x85\u2028\U00010000"), min_size=900, max_size=1500
+_TEXT = (
+    st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
+    | st.text(st.sampled_from("ab -:#'\"\\\n\té\x85\u2028\U00010000"), min_size=900, max_size=1500)
+    | st.text(st.sampled_from("ab -:#'\""), min_size=60, max_size=300)  # printable ASCII: libyaml's, folded at 80
 )
-_KEY = st.from_regex(r"[A-Za-z0-9._-]{1,20}(/[A-Za-z0-9._-]{1,20})?", fullmatch=True)  # label keys, env names, fields
+_KEY = (
+    st.from_regex(r"[A-Za-z0-9._-]{1,20}(/[A-Za-z0-9._-]{1,20})?", fullmatch=True)  # label keys, env names, fields
+    | st.from_regex(r"[a-z0-9.]{100,124}/[a-z0-9]{1,5}", fullmatch=True)  # around the emitters' simple-key limit
+    | st.from_regex(r"[A-Za-z'\"]{118,130}", fullmatch=True)  # ... with quotes: the repr escapes them
+)
 _VALUE = st.recursive(
     st.one_of(
         _TEXT, st.integers(), st.booleans(), st.none(), st.floats(), st.sampled_from(["yes", "1e3", "0x1F", "~", "- a"])

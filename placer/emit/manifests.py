@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -97,8 +98,9 @@ class _PlainDumper(yaml.SafeDumper):
 class _FastDumper(getattr(yaml, "CSafeDumper", _PlainDumper)):  # type: ignore[misc]
     """The same, with libyaml's emitter (every PyPI wheel of PyYAML has it): 5x faster, which a batch of
     2,500 manifests needs (3 s with the Python emitter). It writes the same bytes as the Python one except
-    where a long string holds characters outside printable ASCII (it folds those lines elsewhere), so only
-    documents without such strings are given to it (tests/test_targets.py).
+    where a long string holds characters outside printable ASCII (it folds those lines elsewhere) or a key
+    has 123-128 characters (see _SIMPLE_KEY_MAX), so only documents with neither are given to it
+    (tests/test_targets.py).
 
     What stays in Python is made direct: the plain types a manifest holds become nodes without PyYAML's
     per-object lookup (anything else goes the usual way), and a scalar's implicit tag, a pure function of
@@ -140,21 +142,34 @@ def _scalar_tag(value: str, implicit: tuple[bool, bool]) -> str:
     return yaml.resolver.Resolver().resolve(ScalarNode, value, implicit)
 
 
-def _printable_ascii(value) -> bool:
-    """Whether every string in the document is printable ASCII. Its repr says so at C speed when it is
-    ASCII with no backslash (a string's repr escapes exactly the unprintable characters and shows the
-    printable non-ASCII ones as they are); otherwise the strings are looked at one by one."""
+# The Python emitter counts a key's implicit "!!str" tag (5 characters) against its 128-character limit for a
+# simple key and writes a longer key as "? key"; libyaml does not count the tag. Keys of 123-128 characters
+# would come out differently, so a document holding one goes to the Python emitter.
+_SIMPLE_KEY_MAX = 122
+_LONG_KEY = re.compile(r"""(?:'[^']{123,}'|"[^"]{123,}"): """)  # a quoted key of _SIMPLE_KEY_MAX + 1 or more
+
+
+def _libyaml_alike(value) -> bool:
+    """Whether libyaml's emitter writes this document as the Python one does: every string printable ASCII
+    and no key longer than _SIMPLE_KEY_MAX. The document's repr says so at C speed when it is ASCII with no
+    backslash (a string's repr escapes exactly the unprintable characters and shows the printable non-ASCII
+    ones as they are; a key is a quoted string before ": "); otherwise the strings are looked at one by one."""
     text = repr(value)
-    return (text.isascii() and "\\" not in text) or _strings_printable_ascii(value)
+    if text.isascii() and "\\" not in text:
+        return _LONG_KEY.search(text) is None
+    return _strings_alike(value)
 
 
-def _strings_printable_ascii(value) -> bool:
+def _strings_alike(value) -> bool:
     if isinstance(value, str):
         return value.isascii() and value.isprintable()
     if isinstance(value, dict):
-        return all(_strings_printable_ascii(k) and _strings_printable_ascii(v) for k, v in value.items())
+        return all(
+            _strings_alike(k) and _strings_alike(v) and not (isinstance(k, str) and len(k) > _SIMPLE_KEY_MAX)
+            for k, v in value.items()
+        )
     if isinstance(value, list):
-        return all(_strings_printable_ascii(v) for v in value)
+        return all(_strings_alike(v) for v in value)
     return True
 
 
@@ -167,7 +182,7 @@ def to_yaml(docs: list[dict]) -> str:
 def _dump(doc, width: int | None = None) -> str:
     """One document in block style, keys sorted (``width`` None: PyYAML's 80 columns), by libyaml's emitter
     where every string in it is printable ASCII and by the Python one otherwise: the same bytes either way."""
-    dumper = _FastDumper if _printable_ascii(doc) else _PlainDumper
+    dumper = _FastDumper if _libyaml_alike(doc) else _PlainDumper
     return yaml.dump(doc, Dumper=dumper, sort_keys=True, default_flow_style=False, width=width)
 
 
