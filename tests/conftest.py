@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
+
+import placer.cli
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _no_process_exit_in_the_test_process():
-    """``placer.cli.run`` (the ``placer`` script) ends its process with os._exit. Called in pytest's own
-    process by mistake, it would end the run at once with exit 0 and no report, and CI would pass. Here it
-    raises instead, and the test that called it fails. (Subprocesses are other interpreters: untouched.)"""
-    real = os._exit
+    """``placer.cli.run`` (the ``placer`` script) ends its process at once (os._exit, through
+    ``placer.cli._end_process``). Called in pytest's own process by mistake, it would end the run with exit 0
+    and no report, and CI would pass. Here it raises instead, and the test that called it fails."""
+    real = placer.cli._end_process
 
     def refuse(code: int) -> None:
-        raise AssertionError(f"os._exit({code}) called in the test process (placer.cli.run in-process?)")
+        raise AssertionError(f"placer.cli.run ended the process with {code} inside the test process")
 
-    os._exit = refuse  # type: ignore[assignment]
+    placer.cli._end_process = refuse
     yield
-    os._exit = real
+    placer.cli._end_process = real

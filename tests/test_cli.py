@@ -303,6 +303,23 @@ def test_a_reader_that_goes_away_ends_the_process_with_1_and_no_traceback() -> N
     assert err == ""
 
 
+def test_a_full_disk_on_stdout_is_an_error_not_a_placement() -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [*placer_cmd(), "schema"], stdout=full, stderr=subprocess.PIPE, env=user_env(), text=True, timeout=60
+        )
+    assert proc.returncode == 2
+    assert "cannot write to stdout" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_closed_stdout_still_ends_cleanly() -> None:
+    script = "import sys, placer.cli as cli\nsys.stdout = None\ncli.main = lambda: None\ncli.run()\n"
+    proc = subprocess.run([sys.executable, "-c", script], env=user_env(), capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
 @pytest.mark.parametrize(
     ("body", "code", "stderr"),
     [

@@ -8,6 +8,7 @@ A traceback is shown only when PLACER_DEBUG is set.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 
@@ -48,6 +49,11 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
+    except OSError as exc:  # the output could not be written (a full disk, a device error): not a bug here
+        if os.environ.get("PLACER_DEBUG"):
+            raise
+        _err(f"error: {exc.filename}: {exc.strerror}" if exc.filename else _stdout_failed(exc))
+        sys.exit(2)
     except Exception as exc:  # usage errors (click, vendored by typer) and anything unexpected
         if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
             exc.show(file=sys.stderr)  # type: ignore[attr-defined]
@@ -81,12 +87,24 @@ def run() -> None:
         _err(str(code))
         code = 1
     try:
-        sys.stdout.flush()
-    except OSError:  # the reader went away (placer solve ... | head): as typer reports a closed pipe
-        code = code or 1
-    with contextlib.suppress(OSError):
+        if sys.stdout is not None:  # None when the process started with stdout closed
+            sys.stdout.flush()
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:  # the reader went away (placer solve ... | head): as typer reports it
+            code = code or 1
+        else:  # a full disk, say: the manifests are lost, which is not "placed"
+            _err(_stdout_failed(exc))
+            code = 2
+    with contextlib.suppress(OSError, AttributeError):
         sys.stderr.flush()
-    os._exit(code)
+    _end_process(code)
+
+
+_end_process = os._exit  # one name, so tests can make it raise in their own process (tests/conftest.py)
+
+
+def _stdout_failed(exc: OSError) -> str:
+    return f"error: cannot write to stdout ({exc.strerror or exc})"
 
 
 def _err(text: str) -> None:

@@ -322,10 +322,11 @@ def _place_instance(problem: Problem, state: _State, pool: PoolPlan, scope: _Sco
             return None  # out of work: this trial is dropped, the replicas placed so far stand
         scopes.work += 1
         cand = candidates[ci]
-        if spread and scopes.spread_domain(cand.domain) in used:
+        home = scopes.spread_domain(cand.domain) if spread else None  # its spread-level domain
+        if home is not None and home in used:
             continue
-        broad = spread and scopes.spread_domain(cand.domain) is None  # may draw from several spread domains
-        nodes = scopes.open_nodes(pool, ci, used) if broad else cand_nodes
+        # a candidate broader than the spread level (no home) may draw from several spread-level domains
+        nodes = scopes.open_nodes(pool, ci, used) if spread and home is None else cand_nodes
         scopes.work += len(nodes)
         if pool.multi_node:
             g = pool.gpus_per_node or 0
@@ -408,8 +409,7 @@ def _pod_fits(state: _State, node: int, pool: PoolPlan) -> bool:
 
 
 def _grab(state: _State, node: int, gpus: list[int], pool: PoolPlan) -> list[int]:
-    chosen = list(gpus)
-    taken = set(chosen)
+    chosen, taken = list(gpus), set(gpus)
     state.free[node] = [g for g in state.free[node] if g not in taken]
     state.cpu[node] -= pool.cpu_m
     state.mem[node] -= pool.memory_bytes
