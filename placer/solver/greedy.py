@@ -348,19 +348,11 @@ def _place_instance(problem: Problem, state: _State, pool: PoolPlan, scope: _Sco
                 continue
         key = (*static, left, cand.order)
         if best is None or key < best[0]:
-            best, best_static = (key, ci), static
+            best, best_static = (key, ci, nodes), static
     if best is None:
         return None
-    ci = best[1]
-    return ci, _take(problem, state, pool, candidates[ci], _usable(problem, scopes, pool, ci, used))
-
-
-def _usable(problem: Problem, scopes: _Scopes, pool: PoolPlan, ci: int, used: set[str]) -> list[int]:
-    """The candidate's nodes; for one broader than the spread level, only those whose spread-level domains
-    no earlier replica uses (it may draw from several, as the model counts them)."""
-    if problem.spread_level and scopes.spread_domain(pool.candidates[ci].domain) is None:
-        return scopes.open_nodes(pool, ci, used)
-    return scopes.nodes(pool, ci)
+    _key, ci, nodes = best
+    return ci, _take(problem, state, pool, candidates[ci], nodes)
 
 
 def _tele(problem: Problem, nodes: list[int]) -> int:
