@@ -79,6 +79,12 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "cluster-queue-depth-nan.yaml": ("cluster", 16, "nodes[1].metrics.queueDepth: expected finite numbers"),
     "cluster-queue-depth-inf.yaml": ("cluster", 17, "nodes[1].metrics.queueDepth: expected finite numbers"),
     "cluster-queue-depth-1e308.yaml": ("cluster", 16, "nodes[1].metrics.queueDepth: expected finite numbers"),
+    # booleans where numbers belong (pydantic's lax mode read true as 1)
+    "spec-tp-true.yaml": ("spec", 10, "pools.aggregated.tensorParallel: expected an integer, got true"),
+    "spec-replicas-yes.yaml": ("spec", 12, "replicas: expected an integer, got true (YAML reads"),
+    "spec-kv-floor-true.yaml": ("spec", 11, "transfer.minBandwidthGBps: expected a number, got true"),
+    "cluster-busy-true.yaml": ("cluster", 11, "nodes[1].busy[0]: expected an integer, got true"),
+    "cluster-gpu-count-true.yaml": ("cluster", 9, "nodeClasses.dgx-h100.gpus.count: expected an integer"),
     "cluster-duplicate-hostname-label.yaml": (
         "cluster",
         15,
@@ -144,3 +150,73 @@ def test_missing_file(which: str, command: str, tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     assert f"{missing}: cannot read (No such file or directory)" in proc.stderr, proc.stderr
+
+
+def _numeric_fields():
+    """(model, field) for every field of the input models whose type holds an int or a float."""
+    import typing
+
+    from pydantic import BaseModel
+
+    import placer.model.cluster
+    import placer.model.record
+    import placer.model.spec
+
+    def numeric(tp) -> bool:
+        if tp in (int, float):
+            return True
+        return any(numeric(a) for a in typing.get_args(tp) if not isinstance(a, (str, bytes)))
+
+    for module in (placer.model.spec, placer.model.cluster, placer.model.record):
+        for model in vars(module).values():
+            if isinstance(model, type) and issubclass(model, BaseModel) and model.__module__ == module.__name__:
+                for name, field in model.model_fields.items():
+                    if numeric(field.annotation):
+                        yield model, name
+
+
+def _with_bool(tp, value: bool):
+    """A value of type ``tp`` (a number, or a list / tuple / mapping of them) with ``value`` where a number goes."""
+    import typing
+
+    origin, args = typing.get_origin(tp), [a for a in typing.get_args(tp) if a is not type(None)]
+    if origin in (list, tuple, set, frozenset):
+        return [_with_bool(args[0], value)]
+    if origin is dict:
+        return {"k" if args[0] is str else 0: _with_bool(args[1], value)}
+    if origin is typing.Union or origin is type(int | None):
+        return _with_bool(args[0], value)
+    if origin is typing.Annotated:
+        return _with_bool(args[0], value)
+    return value
+
+
+def test_every_numeric_field_refuses_a_boolean() -> None:
+    """YAML's true / yes in a number field is an error, not 1, in every input model (a new field written as
+    plain ``int`` or ``float`` fails this)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    fields = list(_numeric_fields())
+    assert len(fields) > 40  # the walk found the models' fields
+    for model, name in fields:
+        field = model.model_fields[name]
+        adapter = TypeAdapter(typing_annotated(field))
+        for value in (True, False):
+            bad = _with_bool(field.annotation, value)
+            with pytest.raises(ValidationError, match="got (true|false)"):
+                adapter.validate_python(bad)
+
+
+def typing_annotated(field):
+    """The field's type with its constraints (``ge``, ``le``), without its alias (a model's business)."""
+    import typing
+
+    return typing.Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
+
+
+def test_a_union_reports_only_the_member_that_got_further() -> None:
+    """``gpus`` is a mapping or a list: a bad count inside the mapping is the problem, not "should be a list"."""
+    proc = run("validate", GOOD_SPEC, INVALID / "cluster-gpu-count-true.yaml")
+    assert proc.returncode == 2, proc.stderr
+    assert "gpus.count: expected an integer" in proc.stderr
+    assert "valid list" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

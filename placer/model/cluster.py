@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from placer.model import k8s
 from placer.model.k8s import CpuQuantity, MemoryQuantity, field_alias
+from placer.model.numbers import Float, FloatOrNone, Int, IntOrNone
 
 HOSTNAME = "kubernetes.io/hostname"  # what the manifests pin pods to
 
@@ -25,8 +26,8 @@ class _Model(BaseModel):
 
 
 class Link(_Model):
-    bandwidth_gbps: float = Field(gt=0, le=100_000, description="Per GPU, one direction, GB/s.")
-    latency_us: float = Field(ge=0, le=100_000)
+    bandwidth_gbps: Float = Field(gt=0, le=100_000, description="Per GPU, one direction, GB/s.")
+    latency_us: Float = Field(ge=0, le=100_000)
 
 
 # Figures a network kind gets when the file gives none: (rail GB/s, leaf latency us, spine latency us).
@@ -45,14 +46,14 @@ class Network(_Model):
     kind's own defaults (``NETWORK_DEFAULTS``): ethernet must not silently borrow InfiniBand's."""
 
     kind: Literal["infiniband", "ethernet"] = "infiniband"
-    rail_gbps: float = Field(
+    rail_gbps: Float = Field(
         default=50.0,
         gt=0,
         le=10_000,
         description="One NIC port, GB/s. Default by kind: infiniband 50 (NDR 400G), ethernet 12.5 (100GbE).",
     )
-    rails_per_node: int = Field(default=8, ge=1, le=64)
-    latency_us: float = Field(
+    rails_per_node: Int = Field(default=8, ge=1, le=64)
+    latency_us: Float = Field(
         default=2.0,
         ge=0,
         le=100_000,
@@ -78,10 +79,10 @@ class Network(_Model):
 
 
 class Spine(_Model):
-    oversubscription: float = Field(
+    oversubscription: Float = Field(
         default=1.0, ge=1, le=64, description="Leaf uplink oversubscription, e.g. 2 for 2:1."
     )
-    latency_us: float = Field(
+    latency_us: Float = Field(
         default=5.0, ge=0, le=100_000, description="Default by network kind: infiniband 5, ethernet 53."
     )
 
@@ -113,18 +114,18 @@ class Fabric(_Model):
 
 
 class GpuSpec(_Model):
-    index: int = Field(ge=0, le=255)
+    index: Int = Field(ge=0, le=255)
     product: str | None = None
-    memory_gib: float | None = Field(default=None, gt=0)
-    socket: int = Field(default=0, ge=0, le=15, description="CPU socket / NUMA node the GPU hangs off.")
+    memory_gib: FloatOrNone = Field(default=None, gt=0)
+    socket: Int = Field(default=0, ge=0, le=15, description="CPU socket / NUMA node the GPU hangs off.")
 
 
 class GpuGroup(_Model):
     """Compact form: ``count`` identical GPUs, indices 0..count-1, split evenly over ``sockets``."""
 
-    count: int = Field(ge=0, le=256)
+    count: Int = Field(ge=0, le=256)
     product: str
-    memory_gib: float = Field(gt=0)
+    memory_gib: Float = Field(gt=0)
 
 
 class Nic(_Model):
@@ -132,11 +133,11 @@ class Nic(_Model):
     future use: the solver reads only ``fabric.network.railsPerNode``."""
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
-    socket: int | None = Field(default=None, ge=0, le=255, description="NUMA node the NIC hangs off.")
-    gpus: list[int] = Field(
+    socket: IntOrNone = Field(default=None, ge=0, le=255, description="NUMA node the NIC hangs off.")
+    gpus: list[Int] = Field(
         default_factory=list, description="GPU indices behind the same PCIe switch (PIX/PXB): its rail."
     )
-    bandwidth_gbps: float | None = Field(default=None, gt=0, le=10_000, description="Port speed, GB/s.")
+    bandwidth_gbps: FloatOrNone = Field(default=None, gt=0, le=10_000, description="Port speed, GB/s.")
 
 
 _ISLANDS = (
@@ -148,12 +149,12 @@ _ISLANDS = (
 class NodeClass(_Model):
     gpus: GpuGroup | list[GpuSpec] | None = None
     interconnect: Literal["nvlink", "pcie"] = "nvlink"
-    nvlink_gbps: float | None = Field(default=None, gt=0, description="Per-GPU NVLink bandwidth inside the node.")
-    sockets: int = Field(default=1, ge=1, le=16)
+    nvlink_gbps: FloatOrNone = Field(default=None, gt=0, description="Per-GPU NVLink bandwidth inside the node.")
+    sockets: Int = Field(default=1, ge=1, le=16)
     cpu: CpuQuantity = "64"
     memory: MemoryQuantity = "512Gi"
     nics: list[Nic] | None = None
-    nvlink_islands: list[list[int]] | None = Field(default=None, description=_ISLANDS)
+    nvlink_islands: list[list[Int]] | None = Field(default=None, description=_ISLANDS)
 
 
 class GpuId(_Model):
@@ -162,7 +163,7 @@ class GpuId(_Model):
     ``placer cluster import`` writes them from ResourceSlices (``--resourceslices``: uuid and bus id) and
     NCCL topology dumps (``--nccl-xml``: bus id). Per node, because a uuid belongs to one physical GPU."""
 
-    index: int = Field(ge=0, le=255)
+    index: Int = Field(ge=0, le=255)
     uuid: str | None = Field(default=None, pattern=r"^GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
     pci_bus_id: str | None = Field(
         default=None,
@@ -189,9 +190,9 @@ MAX_QUEUE_DEPTH = 1_000_000  # queued requests per GPU; times the objective weig
 class Metrics(_Model):
     """Serving telemetry; a number applies to every GPU of the node, a mapping gives it per GPU index."""
 
-    queue_depth: float | dict[int, float] | None = None
-    kv_cache_hit: float | dict[int, float] | None = None
-    ttft_p90_ms: float | None = Field(
+    queue_depth: Float | dict[Int, Float] | None = None
+    kv_cache_hit: Float | dict[Int, Float] | None = None
+    ttft_p90_ms: FloatOrNone = Field(
         default=None,
         ge=0,
         le=1e7,
@@ -218,13 +219,13 @@ class NodeSpec(_Model):
     nvlink_domain: str | None = None
     gpus: GpuGroup | list[GpuSpec] | None = None
     interconnect: Literal["nvlink", "pcie"] | None = None
-    nvlink_gbps: float | None = Field(default=None, gt=0)
-    sockets: int | None = Field(default=None, ge=1, le=16)
+    nvlink_gbps: FloatOrNone = Field(default=None, gt=0)
+    sockets: IntOrNone = Field(default=None, ge=1, le=16)
     cpu: CpuQuantity | None = None
     memory: MemoryQuantity | None = None
     nics: list[Nic] | None = None
-    nvlink_islands: list[list[int]] | None = Field(default=None, description=_ISLANDS)
-    busy: list[int] = Field(default_factory=list)
+    nvlink_islands: list[list[Int]] | None = Field(default=None, description=_ISLANDS)
+    busy: list[Int] = Field(default_factory=list)
     gpu_ids: list[GpuId] | None = Field(default=None, description="Per GPU index: uuid and PCI bus id (DRA).")
     used: Used = Used()
     metrics: Metrics = Metrics()
@@ -274,8 +275,8 @@ class Override(_Model):
     """Measured figures for links that cross between the children of one domain (``level/name``)."""
 
     domain: str = Field(description="Domain id, e.g. node/dgx-001, rack/r07, leaf/su1.")
-    bandwidth_gbps: float | None = Field(default=None, gt=0, le=100_000)
-    latency_us: float | None = Field(default=None, ge=0, le=100_000)
+    bandwidth_gbps: FloatOrNone = Field(default=None, gt=0, le=100_000)
+    latency_us: FloatOrNone = Field(default=None, ge=0, le=100_000)
     source: str | None = Field(default=None, description="Where the figure came from (free text).")
 
 

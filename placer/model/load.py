@@ -247,13 +247,25 @@ def _path_from_text(text: str) -> tuple[Any, ...]:
     return tuple(parts)
 
 
+_SHAPE_ERRORS = {"list_type", "dict_type", "model_type", "model_attributes_type", "tuple_type"}
+
+
+def _field_loc(raw: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The field path of a pydantic error location, without its validator and union-member parts."""
+    loc = tuple(p for p in raw if not (isinstance(p, str) and p.startswith(("function-", "list[", "dict["))))
+    # pydantic reports union members as extra loc parts (e.g. 'GpuGroup'): drop class-like names.
+    return tuple(p for p in loc if not (isinstance(p, str) and p[:1].isupper()))
+
+
 def validation_message(exc: ValidationError, source: str, root: yaml.Node) -> str:
     """One paragraph per problem: file:line: field.path: what was expected (what was given)."""
     lines = []
-    for err in exc.errors(include_url=False)[:10]:
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "list[", "dict["))))
-        # pydantic reports union members as extra loc parts (e.g. 'GpuGroup'): drop class-like names.
-        loc = tuple(p for p in loc if not (isinstance(p, str) and p[:1].isupper() and p not in ("",)))
+    errors = [(err, _field_loc(err["loc"])) for err in exc.errors(include_url=False)]
+    # A union (``gpus: {count: ...}`` or a list) reports every member that failed; where one member got
+    # further, the others' "should be a valid list" says nothing about what is wrong: keep the deeper one.
+    deeper = {loc[:k] for _, loc in errors for k in range(len(loc))}
+    errors = [(err, loc) for err, loc in errors if not (err["type"] in _SHAPE_ERRORS and loc in deeper)]
+    for err, loc in errors[:10]:
         msg = err["msg"].removeprefix("Value error, ")
         path = loc or _path_from_text(msg)
         line = line_of(root, path)
@@ -266,7 +278,7 @@ def validation_message(exc: ValidationError, source: str, root: yaml.Node) -> st
         elif not isinstance(got, (dict, list)) and got is not None and err["type"] != "value_error":
             hint = f" (got {got!r})"
         lines.append(f"{where}: {field + ': ' if field else ''}{msg}{hint}")
-    more = len(exc.errors()) - 10
+    more = len(errors) - 10
     if more > 0:
         lines.append(f"... and {more} more problem(s)")
     return "\n".join(lines)
@@ -286,7 +298,8 @@ _TYPE_NAMES = {list: "list", dict: "mapping", int: "number", float: "number", bo
 def validate_document(doc: tuple[Any, yaml.Node], source: str, model: type[M]) -> M:
     data, root = doc
     if not isinstance(data, dict):
-        raise InputError(f"{source}:1: expected a mapping with apiVersion and kind, got {type(data).__name__}")
+        got = "an empty document" if data is None else f"a {_TYPE_NAMES.get(type(data), type(data).__name__)}"
+        raise InputError(f"{source}:1: expected a mapping with apiVersion and kind, got {got}")
     expected_kind = model.model_fields["kind"].annotation.__args__[0]  # type: ignore[union-attr]
     kind = data.get("kind")
     if kind != expected_kind:

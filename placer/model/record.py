@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from placer.model.numbers import Float, FloatOrNone, Int, IntOrNone
 from placer.model.placement import InstancePlacement, Placement, Pod, ReplicaPlacement, SolveStats
 from placer.model.spec import ServingTopology
 
@@ -24,30 +25,30 @@ class _Record(BaseModel):
 
 class PodRecord(_Record):
     node: str
-    gpus: list[int] = Field(min_length=1)
+    gpus: list[Int] = Field(min_length=1)
 
 
 class InstanceRecord(_Record):
     pool: str
-    index: int = Field(ge=0)
+    index: Int = Field(ge=0)
     domain: str
     pods: list[PodRecord] = Field(min_length=1)
 
 
 class ReplicaRecord(_Record):
-    index: int = Field(ge=0)
+    index: Int = Field(ge=0)
     router: str | None = None
     instances: list[InstanceRecord]
 
 
 class StatusRecord(_Record):
     status: Literal["optimal", "feasible", "infeasible", "unknown", "greedy"]
-    objective: int | None = None
-    bound: int | None = None
-    gap: float | None = None
+    objective: IntOrNone = None
+    bound: IntOrNone = None
+    gap: FloatOrNone = None
     solver: str = "cp-sat"
     notes: list[str] = Field(default_factory=list)
-    seconds: dict[str, float] | None = None
+    seconds: dict[str, Float] | None = None
 
     def to_stats(self) -> SolveStats:
         return SolveStats(self.status, self.objective, self.bound, self.gap, self.solver, notes=list(self.notes))

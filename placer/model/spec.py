@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 from placer.model import API_VERSION, engines, k8s
 from placer.model.k8s import CpuQuantity, MemoryQuantity, field_alias
 from placer.model.levels import LEVEL_RANK, Level
+from placer.model.numbers import Float, FloatOrNone, Int, IntOrNone
 
 Role = Literal["prefill", "decode", "aggregated"]
 Engine = Literal["vllm", "sglang", "trtllm", "custom"]
@@ -63,19 +64,19 @@ class Metadata(_Model):
 class ModelShape(_Model):
     """The model's shape: all the cost model needs to size all-reduce messages and KV caches."""
 
-    layers: int = Field(ge=1, le=1024)
-    hidden_size: int = Field(ge=1, le=1 << 20)
-    kv_heads: int = Field(ge=1, le=1024)
-    head_dim: int = Field(ge=1, le=4096)
-    bytes_per_element: float = Field(default=2, gt=0, le=8, description="2 for bf16/fp16, 1 for fp8.")
-    parameters: float | None = Field(
+    layers: Int = Field(ge=1, le=1024)
+    hidden_size: Int = Field(ge=1, le=1 << 20)
+    kv_heads: Int = Field(ge=1, le=1024)
+    head_dim: Int = Field(ge=1, le=4096)
+    bytes_per_element: Float = Field(default=2, gt=0, le=8, description="2 for bf16/fp16, 1 for fp8.")
+    parameters: FloatOrNone = Field(
         default=None,
         gt=0,
         le=1e13,
         description="Total parameter count (e.g. 7.06e+10); `placer size` derives FLOPs and weight bytes from it. "
         "Default: derived from intermediateSize (docs/SIZING.md).",
     )
-    intermediate_size: int | None = Field(
+    intermediate_size: IntOrNone = Field(
         default=None,
         ge=1,
         le=1 << 22,
@@ -88,15 +89,15 @@ class Workload(_Model):
     load ``placer size`` sizes the pools for (docs/SIZING.md). Every field is optional, so a spec written
     for placement alone still loads."""
 
-    prompt_tokens: int = Field(default=2048, ge=1, le=10_000_000, description="Typical (mean) prompt length.")
-    prompt_tokens_p90: int | None = Field(
+    prompt_tokens: Int = Field(default=2048, ge=1, le=10_000_000, description="Typical (mean) prompt length.")
+    prompt_tokens_p90: IntOrNone = Field(
         default=None,
         ge=1,
         le=10_000_000,
         description="90th-percentile prompt length: `placer size` meets ttftMs for it (default: promptTokens).",
     )
-    output_tokens: int = Field(default=256, ge=1, le=10_000_000, description="Mean generated tokens per request.")
-    request_rate: float | None = Field(
+    output_tokens: Int = Field(default=256, ge=1, le=10_000_000, description="Mean generated tokens per request.")
+    request_rate: FloatOrNone = Field(
         default=None,
         gt=0,
         le=1e7,
@@ -119,7 +120,7 @@ class Workload(_Model):
 
 class GpuSelector(_Model):
     product: str | None = Field(default=None, description="Exact GPU product (GFD nvidia.com/gpu.product).")
-    min_memory_gib: float | None = Field(default=None, gt=0)
+    min_memory_gib: FloatOrNone = Field(default=None, gt=0)
 
 
 class Placement(_Model):
@@ -168,7 +169,7 @@ class Resources(_Model):
 
 class Port(_Model):
     name: str = "http"
-    container_port: int = Field(ge=1, le=65535)
+    container_port: Int = Field(ge=1, le=65535)
 
     @field_validator("name")
     @classmethod
@@ -220,14 +221,14 @@ class Pool(_Model):
     """One pool of identical serving instances (one engine process group each)."""
 
     role: Role | None = Field(default=None, description="Defaults to the pool's name when that is a role.")
-    instances: int = Field(ge=1, le=4096)
-    tensor_parallel: int = Field(ge=1, le=72, description="GPUs per TP group (one pipeline stage).")
-    pipeline_parallel: int = Field(default=1, ge=1, le=64)
-    node_count: int | None = Field(default=None, ge=1, le=1024, description="Nodes per instance (multi-node).")
-    gpus_per_node: int | None = Field(default=None, ge=1, le=72)
+    instances: Int = Field(ge=1, le=4096)
+    tensor_parallel: Int = Field(ge=1, le=72, description="GPUs per TP group (one pipeline stage).")
+    pipeline_parallel: Int = Field(default=1, ge=1, le=64)
+    node_count: IntOrNone = Field(default=None, ge=1, le=1024, description="Nodes per instance (multi-node).")
+    gpus_per_node: IntOrNone = Field(default=None, ge=1, le=72)
     gpu: GpuSelector = Field(default_factory=GpuSelector)
     placement: Placement = Field(default_factory=Placement)
-    tokens_in_flight: int | None = Field(
+    tokens_in_flight: IntOrNone = Field(
         default=None,
         ge=1,
         le=10_000_000,
@@ -269,7 +270,7 @@ class Transfer(_Model):
 
     source: str = Field(alias="from", default="prefill")
     target: str = Field(alias="to", default="decode")
-    min_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    min_bandwidth_gbps: FloatOrNone = Field(default=None, gt=0)
     max_level: Level | None = None
 
 
@@ -293,7 +294,7 @@ class Router(_Model):
     command: list[str] = Field(default_factory=list, description="custom only: the router's command.")
     args: list[str] = Field(default_factory=list, description="Added after the preset's flags (placeholders expanded).")
     env: list[EnvVar] = Field(default_factory=list)
-    port: int = Field(default=8000, ge=1, le=65535)
+    port: Int = Field(default=8000, ge=1, le=65535)
     cpu: CpuQuantity = "2"
     memory: MemoryQuantity = "4Gi"
     near: RouterNear | None = None
@@ -330,10 +331,10 @@ class Spread(_Model):
 class Objective(_Model):
     """Weights of the cost terms; docs/DESIGN.md gives their units."""
 
-    all_reduce: float = Field(default=1.0, ge=0, le=1e6, description="per us of all-reduce time per forward pass")
-    kv_transfer: float = Field(default=1.0, ge=0, le=1e6, description="per us of KV transfer per typical prompt")
-    queue_depth: float = Field(default=100.0, ge=0, le=1e6, description="per queued request per GPU")
-    cache_miss: float = Field(default=1000.0, ge=0, le=1e6, description="per GPU at 100 % KV-cache miss")
+    all_reduce: Float = Field(default=1.0, ge=0, le=1e6, description="per us of all-reduce time per forward pass")
+    kv_transfer: Float = Field(default=1.0, ge=0, le=1e6, description="per us of KV transfer per typical prompt")
+    queue_depth: Float = Field(default=100.0, ge=0, le=1e6, description="per queued request per GPU")
+    cache_miss: Float = Field(default=1000.0, ge=0, le=1e6, description="per GPU at 100 % KV-cache miss")
 
 
 class Slo(_Model):
@@ -341,8 +342,8 @@ class Slo(_Model):
     the pools to meet them (ttftMs for the p90 prompt after the mean queueing wait, itlMs for the mean
     decode step; docs/SIZING.md)."""
 
-    ttft_ms: float | None = Field(default=None, gt=0, le=3.6e6, description="Time to first token, ms.")
-    itl_ms: float | None = Field(default=None, gt=0, le=3.6e6, description="Inter-token latency, ms.")
+    ttft_ms: FloatOrNone = Field(default=None, gt=0, le=3.6e6, description="Time to first token, ms.")
+    itl_ms: FloatOrNone = Field(default=None, gt=0, le=3.6e6, description="Inter-token latency, ms.")
 
 
 class Dra(_Model):
@@ -366,8 +367,8 @@ class Scheduling(_Model):
         default="scheduler-plugins-scheduler",
         description="Pods' schedulerName; when not given, each --target uses its scheduler's own name.",
     )
-    schedule_timeout_seconds: int = Field(default=600, ge=1, le=86400)
-    priority: int = Field(
+    schedule_timeout_seconds: Int = Field(default=600, ge=1, le=86400)
+    priority: Int = Field(
         default=0,
         ge=-(10**9),
         le=10**9,
@@ -383,7 +384,7 @@ class Scheduling(_Model):
         description="Node label key per placer level (defaults: kubernetes.io/hostname, nvidia.com/gpu.clique, "
         "placer.dev/rack, placer.dev/leaf).",
     )
-    volcano_tiers: dict[Level, int] = Field(
+    volcano_tiers: dict[Level, Int] = Field(
         default_factory=dict, description="Volcano HyperNode tier per level (default: numbered from the cluster)."
     )
     dra: Dra = Field(default_factory=Dra)
@@ -442,6 +443,8 @@ class Nccl(_Model):
 def _seconds(value: Any) -> Any:
     """A duration as seconds: a number, or a string such as ``300s``, ``5m``, ``1h`` (the source's
     ``scaleDownDelay: 300s`` spelling)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected seconds, got {str(value).lower()}")
     if isinstance(value, str):
         found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*", value)
         if found is None:
@@ -464,10 +467,10 @@ class ScaleUpWhen(_Model):
     """Scale out when a pool's observed value exceeds one of these (set them below the SLO: the point is to
     add capacity before the SLO is broken, and a new instance takes minutes to load its weights)."""
 
-    queue_depth_per_gpu: float | None = Field(
+    queue_depth_per_gpu: FloatOrNone = Field(
         default=None, gt=0, le=1e6, alias="queueDepthPerGPU", description="mean queued requests per GPU"
     )
-    ttft_p90_ms: float | None = Field(default=None, gt=0, le=1e7, description="worst node's p90 TTFT, ms")
+    ttft_p90_ms: FloatOrNone = Field(default=None, gt=0, le=1e7, description="worst node's p90 TTFT, ms")
 
     @model_validator(mode="after")
     def _one(self) -> ScaleUpWhen:
@@ -478,7 +481,7 @@ class ScaleUpWhen(_Model):
 
 class _ScalingPolicy(_Model):
     scale_up_when: ScaleUpWhen
-    scale_down_below: float = Field(
+    scale_down_below: Float = Field(
         default=0.5,
         gt=0,
         lt=1,
@@ -494,8 +497,8 @@ class _ScalingPolicy(_Model):
 class Scaling(_ScalingPolicy):
     """``placer autoscale``: whole replicas (every pool and the router) added or removed."""
 
-    min_replicas: int = Field(default=1, ge=1, le=1024)
-    max_replicas: int = Field(ge=1, le=1024)
+    min_replicas: Int = Field(default=1, ge=1, le=1024)
+    max_replicas: Int = Field(ge=1, le=1024)
 
     @model_validator(mode="after")
     def _bounds(self) -> Scaling:
@@ -508,8 +511,8 @@ class PoolScaling(_ScalingPolicy):
     """``placer autoscale`` per pool: instances per replica. At least one, so every replica keeps a complete
     instance of every pool (the hierarchical minimum)."""
 
-    min_instances: int = Field(default=1, ge=1, le=4096)
-    max_instances: int = Field(ge=1, le=4096)
+    min_instances: Int = Field(default=1, ge=1, le=4096)
+    max_instances: Int = Field(ge=1, le=4096)
 
     @model_validator(mode="after")
     def _bounds(self) -> PoolScaling:
@@ -529,8 +532,8 @@ class ServingTopology(_Model):
     pools: Annotated[dict[str, Pool], Field(min_length=1, max_length=16)]
     transfer: Transfer | None = None
     router: Router | None = None
-    replicas: int = Field(default=1, ge=1, le=1024)
-    min_replicas: int | None = Field(default=None, ge=0, le=1024)
+    replicas: Int = Field(default=1, ge=1, le=1024)
+    min_replicas: IntOrNone = Field(default=None, ge=0, le=1024)
     spread: Spread | None = None
     objective: Objective = Field(default_factory=Objective)
     slo: Slo = Field(default_factory=Slo)
