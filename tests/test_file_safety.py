@@ -415,3 +415,60 @@ def test_kill_9_mid_write_never_leaves_a_torn_file(tmp_path: Path) -> None:
         for leftover in tmp_path.glob(".cluster.yaml.*"):
             leftover.unlink()  # a temporary file a killed process could not remove is allowed; a torn target is not
     assert outcomes  # at least one run was observed
+
+
+AUTOSCALE = ROOT / "tests" / "data" / "autoscale"
+# name -> (output path, placement record, a second spec for a batch) -> arguments
+FULL_STDOUT_RUNS: dict[str, Callable[[Path, Path, Path], list[str | Path]]] = {
+    "solve --placement": lambda o, r, s: ["solve", SPEC, CLUSTER, "--placement", o],
+    "solve --topology-objects": lambda o, r, s: ["solve", SPEC, CLUSTER, "--target", "kueue", "--topology-objects", o],
+    "solve (batch) --placement": lambda o, r, s: ["solve", SPEC, s, CLUSTER, "--placement", o],
+    "plan --placement": lambda o, r, s: [
+        "plan",
+        "--from",
+        r,
+        CLUSTER,
+        "--cut",
+        "0",
+        "--time-limit",
+        "5",
+        "--placement",
+        o,
+    ],
+    "explain --svg": lambda o, r, s: ["explain", r, "--cluster", CLUSTER, "--no-baselines", "-o", "json", "--svg", o],
+    "autoscale --decision": lambda o, r, s: [
+        "autoscale",
+        AUTOSCALE / "spec.yaml",
+        AUTOSCALE / "cluster.yaml",
+        "--keep",
+        AUTOSCALE / "running.yaml",
+        "--now",
+        "2025-06-01T12:00:00Z",
+        "--full",
+        "--decision",
+        o,
+    ],
+}
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("name", list(FULL_STDOUT_RUNS))
+def test_stdout_that_cannot_be_written_leaves_no_output_file(name: str, record: Path, tmp_path: Path) -> None:
+    """The files appear only once stdout is written: a record of manifests nobody received would be pinned
+    by a later --keep. An existing file keeps its bytes; no temporary is left behind."""
+    second = tmp_path / "second.yaml"
+    second.write_text(
+        SPEC.read_text().replace("name: llama-70b-agg", "name: second").replace("replicas: 2", "replicas: 1")
+    )
+    existing = tmp_path / "existing"
+    existing.write_text("old\n")
+    for out in (existing, tmp_path / "new"):
+        args = FULL_STDOUT_RUNS[name](out, record, second)
+        with open("/dev/full", "wb") as full:
+            proc = subprocess.run(
+                [*placer_cmd(), *map(str, args)], cwd=ROOT, env=_env(), stdout=full, stderr=subprocess.PIPE, timeout=120
+            )
+        assert proc.returncode == 2, proc.stderr.decode()
+        assert b"cannot write to stdout" in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr.decode()
+    assert existing.read_text() == "old\n"
+    assert _leftovers(tmp_path, "existing", "second.yaml") == []

@@ -86,7 +86,7 @@ def autoscale_command(
     """
     import json
 
-    from placer.emit.files import check_output, write_output
+    from placer.emit.files import Outputs, check_output
     from placer.emit.manifests import records_text, to_json_list, to_yaml
     from placer.model.errors import InputError
     from placer.model.load import check_stdin_once
@@ -122,14 +122,16 @@ def autoscale_command(
         progress=say,
     )
     record = result.record()
-    if decision is not None:
-        write_output(decision, json.dumps(record, indent=2, sort_keys=False) + "\n", "--decision", inputs)
-    if placement is not None and result.placement is not None:
-        write_output(placement, records_text([(result.spec, result.placement)]), "--placement", inputs)
     docs = result.full if full else result.apply
-    if docs:
-        sys.stdout.write(to_json_list(docs) if output is OutputFormat.json else to_yaml(docs))
-        sys.stdout.flush()
+    with Outputs() as files:  # visible only once stdout is written
+        if decision is not None:
+            files.add(decision, json.dumps(record, indent=2, sort_keys=False) + "\n", "--decision", inputs)
+        if placement is not None and result.placement is not None:
+            files.add(placement, records_text([(result.spec, result.placement)]), "--placement", inputs)
+        if docs:
+            sys.stdout.write(to_json_list(docs) if output is OutputFormat.json else to_yaml(docs))
+            sys.stdout.flush()
+        files.commit()
     d = result.decision
     say(
         f"{record['deployment']}: {d.action}{' ' + d.scope if d.scope else ''}; "

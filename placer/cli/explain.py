@@ -124,22 +124,26 @@ def _show(spec, topo, placement, output, svg: Path | None, baselines: bool) -> N
 
     compared = run_all(spec, topo) if baselines else []
     ex = explain_placement(spec, topo, placement, compared)
-    if svg is not None:
-        from placer.emit.files import write_output
-        from placer.explain.svg import render_svg
-        from placer.model.errors import InputError
+    from placer.emit.files import Outputs
 
-        try:
-            picture = render_svg(spec, topo, placement)
-        except ValueError as exc:  # a hand-edited placement naming nodes or pools that do not exist
-            raise InputError(f"--svg: cannot draw this placement: {exc}") from None
-        write_output(svg, picture, "--svg")
-    if output is ExplainFormat.json:
-        sys.stdout.write(json.dumps(to_json(ex), indent=2, sort_keys=True) + "\n")
-        return
-    from placer.explain.view import render
+    with Outputs() as files:  # the picture appears only once the explanation is printed
+        if svg is not None:
+            from placer.explain.svg import render_svg
+            from placer.model.errors import InputError
 
-    _console(output).print(render(ex))
+            try:
+                picture = render_svg(spec, topo, placement)
+            except ValueError as exc:  # a hand-edited placement naming nodes or pools that do not exist
+                raise InputError(f"--svg: cannot draw this placement: {exc}") from None
+            files.add(svg, picture, "--svg")
+        if output is ExplainFormat.json:
+            sys.stdout.write(json.dumps(to_json(ex), indent=2, sort_keys=True) + "\n")
+        else:
+            from placer.explain.view import render
+
+            _console(output).print(render(ex))
+        sys.stdout.flush()
+        files.commit()
 
 
 def _console(output):

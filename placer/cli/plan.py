@@ -100,11 +100,14 @@ def plan_command(
         if pending
         else [],
     }
-    if placement is not None:
-        from placer.emit.files import write_output
+    from placer.emit.files import Outputs
 
-        write_output(placement, records_text(result.placements), "--placement", [*running, *paths])
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    with Outputs() as files:  # visible only once stdout is written
+        if placement is not None:
+            files.add(placement, records_text(result.placements), "--placement", [*running, *paths])
+        sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        sys.stdout.flush()
+        files.commit()
     if not quiet:
         _table(result)
 

@@ -224,15 +224,18 @@ def solve_command(
         say(result.summary(time.perf_counter() - t0))
         return
     text = result.json() if output is OutputFormat.json else result.yaml()
-    if placement is not None:
-        from placer.emit.files import write_output
-        from placer.emit.manifests import placement_text
+    from placer.emit.files import Outputs
 
-        write_output(placement, placement_text(result.placement, placement, result.spec), "--placement", paths)
-    if topology_objects is not None and str(topology_objects) != "-":
-        _write_topology(topology_objects, docs, output, paths)
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    with Outputs() as files:  # visible only once stdout is written
+        if placement is not None:
+            from placer.emit.manifests import placement_text
+
+            files.add(placement, placement_text(result.placement, placement, result.spec), "--placement", paths)
+        if topology_objects is not None and str(topology_objects) != "-":
+            _add_topology(files, topology_objects, docs, output, paths)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        files.commit()
     say(result.summary(time.perf_counter() - t0))
 
 
@@ -275,7 +278,7 @@ def _solve_fleet(
     topology_objects=None,
 ):
     """Several deployments and/or --keep: the placed ones on stdout, a table of all of them on stderr."""
-    from placer.emit.files import write_output
+    from placer.emit.files import Outputs
     from placer.emit.manifests import records_text
     from placer.pipeline import run_fleet
 
@@ -302,13 +305,15 @@ def _solve_fleet(
     if dry_run:
         _console(sys.stdout).print(_fleet_table(res, seconds))
     else:
-        if placement is not None:
-            text = records_text([(p.deployment.spec, p.placement) for p in res.fleet.placed])
-            write_output(placement, text, "--placement", [*specs, cluster, *keep])
-        if topology_objects is not None and str(topology_objects) != "-" and res.fleet.placed:
-            _write_topology(topology_objects, docs, output, [*specs, cluster, *keep])
-        sys.stdout.write(res.json() if output is OutputFormat.json else res.yaml())
-        sys.stdout.flush()
+        with Outputs() as files:  # visible only once stdout is written
+            if placement is not None:
+                text = records_text([(p.deployment.spec, p.placement) for p in res.fleet.placed])
+                files.add(placement, text, "--placement", [*specs, cluster, *keep])
+            if topology_objects is not None and str(topology_objects) != "-" and res.fleet.placed:
+                _add_topology(files, topology_objects, docs, output, [*specs, cluster, *keep])
+            sys.stdout.write(res.json() if output is OutputFormat.json else res.yaml())
+            sys.stdout.flush()
+            files.commit()
         if not quiet:  # with -q the table is not built at all (rich's tables cost 0.06 s to import)
             _console(sys.stderr).print(_fleet_table(res, seconds))
     if res.fleet.unplaced:
@@ -321,12 +326,11 @@ def _fleet_table(res, seconds: float):
     return fleet_table(res, seconds)
 
 
-def _write_topology(path: Path, docs: list[dict], output, inputs) -> None:
-    from placer.emit.files import write_output
+def _add_topology(files, path: Path, docs: list[dict], output, inputs) -> None:
     from placer.emit.manifests import to_json_list, to_yaml
 
     text = to_json_list(docs) if output is OutputFormat.json else to_yaml(docs)
-    write_output(path, text, "--topology-objects", inputs)
+    files.add(path, text, "--topology-objects", inputs)
 
 
 def _console(stream):

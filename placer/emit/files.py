@@ -5,7 +5,8 @@ socket is written through, never replaced; a symlink is followed and the file it
 regular file is replaced atomically (a temporary file beside the real target, fsynced, then renamed over
 it), keeping the existing file's mode or, for a new file, the mode the umask gives (``0666 & ~umask``). An
 output that is one of the run's own input files is refused. Every failure is an ``InputError`` (exit 2)
-naming the option and the path, and leaves nothing behind.
+naming the option and the path, and leaves nothing behind. A command that also prints collects its files in
+``Outputs``, so they appear only once stdout is written: a run that fails writes no file.
 """
 
 from __future__ import annotations
@@ -69,22 +70,66 @@ def _same_file(out: Path | str, source: Path | str) -> bool:
 
 def write_output(path: Path | str, text: str, option: str = "", inputs: Iterable[Path | str] = ()) -> None:
     """Write ``text`` to ``path`` as described in the module docstring."""
-    check_output(path, option, inputs)
-    if str(path) == STDOUT:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    data = text.encode("utf-8")
-    try:
-        info: os.stat_result | None = os.stat(path)  # follows symlinks, /dev/stdout's magic link included
-    except FileNotFoundError:
-        info = None
-    except OSError as exc:
-        raise InputError(f"{_label(path, option)}: cannot write ({_reason(exc)})") from None
-    if info is not None and not stat.S_ISREG(info.st_mode):
-        _write_through(path, data, option)
-        return
-    _replace_atomically(Path(os.path.realpath(path)), data, info, _label(path, option))
+    with Outputs() as outputs:
+        outputs.add(path, text, option, inputs)
+        outputs.commit()
+
+
+class Outputs:
+    """The files a command writes beside what it prints, made visible only after stdout is written.
+
+    Why: ``placer solve --placement p.yaml > /dev/full`` failed (exit 2) after p.yaml was in place, a record
+    of manifests nobody received, which a later ``--keep p.yaml`` would pin. So ``add`` writes each regular
+    file to its temporary beside the target (a full disk fails the run before anything is printed), the
+    command prints and flushes stdout, and ``commit`` renames them into place. Leaving the ``with`` block
+    without ``commit`` (any error, stdout's included) removes the temporaries. ``-`` is printed at once (it
+    goes in front of what follows on stdout); FIFOs and devices are written at ``commit``."""
+
+    def __init__(self) -> None:
+        self._staged: list[tuple[str, Path, str]] = []  # (temporary, real target, label)
+        self._through: list[tuple[Path | str, bytes, str]] = []
+
+    def __enter__(self) -> Outputs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for tmp, *_ in self._staged:
+            Path(tmp).unlink(missing_ok=True)
+        self._staged.clear()
+
+    def add(self, path: Path | str, text: str, option: str = "", inputs: Iterable[Path | str] = ()) -> None:
+        check_output(path, option, inputs)
+        if str(path) == STDOUT:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+        data = text.encode("utf-8")
+        try:
+            info: os.stat_result | None = os.stat(path)  # follows symlinks, /dev/stdout's magic link included
+        except FileNotFoundError:
+            info = None
+        except OSError as exc:
+            raise InputError(f"{_label(path, option)}: cannot write ({_reason(exc)})") from None
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            self._through.append((path, data, option))
+            return
+        real = Path(os.path.realpath(path))
+        label = _label(path, option)
+        self._staged.append((_stage(real, data, info, label), real, label))
+
+    def commit(self) -> None:
+        """Make every added file visible: devices and FIFOs written, temporaries renamed over their targets."""
+        for path, data, option in self._through:
+            _write_through(path, data, option)
+        self._through.clear()
+        while self._staged:
+            tmp, real, label = self._staged[0]
+            try:
+                os.replace(tmp, real)
+            except OSError as exc:
+                raise InputError(f"{label}: cannot write ({_reason(exc)})") from None
+            self._staged.pop(0)
+            _sync_directory(real.parent)
 
 
 def _write_through(path: Path | str, data: bytes, option: str) -> None:
@@ -103,8 +148,9 @@ def _umask() -> int:
     return mask
 
 
-def _replace_atomically(real: Path, data: bytes, info: os.stat_result | None, label: str) -> None:
-    """A regular file: write a temporary file beside it, fsync, give it the right mode, rename over it."""
+def _stage(real: Path, data: bytes, info: os.stat_result | None, label: str) -> str:
+    """A regular file's temporary beside it, written, fsynced and given the right mode: renamed over the
+    target at commit. Returns the temporary's path."""
     try:
         fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
     except OSError as exc:
@@ -120,15 +166,19 @@ def _replace_atomically(real: Path, data: bytes, info: os.stat_result | None, la
                 os.chown(tmp, info.st_uid, info.st_gid)
         else:
             os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, real)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
         raise InputError(f"{label}: cannot write ({_reason(exc)})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    with contextlib.suppress(OSError):  # make the rename durable too
-        dir_fd = os.open(real.parent, os.O_RDONLY)
+    return tmp
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make a rename durable too."""
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
         finally:
