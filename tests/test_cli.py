@@ -342,3 +342,26 @@ def test_the_installed_script_and_python_m_both_end_through_run() -> None:
     (script,) = [e for e in entry_points(group="console_scripts") if e.name == "placer"]
     assert script.value == "placer.cli:run"
     assert "run()" in (Path(placer.__file__).parent / "__main__.py").read_text()
+
+
+def test_every_time_limit_option_refuses_zero_as_usage() -> None:
+    """A budget of 0 or less is bad input (exit 2) in every command that takes one, never an "infeasible"
+    (exit 1): ``placer size --time-limit 0`` said "no placement found in time". A new command that forgets
+    the bound fails here."""
+    import typer.main
+
+    from placer.cli import app
+
+    def walk(command):
+        yield command
+        for sub in getattr(command, "commands", {}).values():
+            yield from walk(sub)
+
+    found = []
+    for command in walk(typer.main.get_command(app)):
+        for param in command.params:
+            if "--time-limit" in getattr(param, "opts", []):
+                found.append(command.name)
+                assert getattr(param, "min", None) == 0.1, command.name
+    assert {"solve", "explain", "plan", "autoscale", "size"} <= set(found), found
+    assert_clean_failure(run("size", SPECS / "llama-70b-disagg.yaml", SMALL, "--time-limit", "0"), 2)

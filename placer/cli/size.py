@@ -14,7 +14,9 @@ def size_command(
     spec: Annotated[Path, typer.Argument(help="ServingTopology spec (YAML) with workload.requestRate and slo.")],
     cluster: Annotated[Path, typer.Argument(help="Cluster file (YAML).")],
     output: Annotated[str, typer.Option("-o", "--output", help="Write the sized spec here ('-': stdout).")] = "-",
-    time_limit: Annotated[float, typer.Option("--time-limit", help="Work budget per placement (s).")] = 10.0,
+    time_limit: Annotated[
+        float, typer.Option("--time-limit", min=0.1, help="Work budget per placement (deterministic seconds).")
+    ] = 10.0,
     mfu: Annotated[float, typer.Option("--mfu", help="Prefill FLOP/s utilisation (0-1].")] = 0.5,
     mbu: Annotated[float, typer.Option("--mbu", help="Decode bandwidth utilisation (0-1].")] = 0.6,
 ) -> None:
