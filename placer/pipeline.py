@@ -110,12 +110,12 @@ def run_solve(
     cluster = load_cluster(cluster_path)
     times["load"] = time.perf_counter() - t
     topo, problem = build_inputs(spec_path, spec, cluster_path, cluster, times)
-    _count_out_replicas(problem, progress)
     free = sum(len(n.free_gpus) for n in topo.nodes)
     progress(
         f"cluster {topo.name}: {len(topo.nodes)} nodes, {free} free GPUs; solving {spec.metadata.name} "
         f"({sum(p.instances for p in spec.pools.values())} instances x {spec.replicas} replica(s))..."
     )
+    _count_out_replicas(problem, progress)
     t = time.perf_counter()
     placement = solve(problem, _wall_left(options, started))
     times["solve"] = time.perf_counter() - t
@@ -140,7 +140,10 @@ def _count_out_replicas(problem: Problem, progress: Callable[[str], None]) -> No
     fit = free // per_replica if per_replica else problem.replicas
     if fit >= problem.replicas:
         return
-    progress(f"at most {fit} of {problem.replicas} replica(s) can fit: {free} free GPUs, {per_replica} per replica")
+    matching = "" if len(eligible) == len(problem.topology.nodes) else " matching the pools' GPU selectors"
+    progress(
+        f"at most {fit} of {problem.replicas} replica(s) can fit: {free} free GPUs{matching}, {per_replica} per replica"
+    )
     problem.replicas = max(fit, problem.min_replicas)
 
 

@@ -20,7 +20,7 @@ from placer.model.errors import InfeasibleError, InputError
 from placer.model.load import load_cluster, load_spec
 from placer.model.placement import Pod
 from placer.model.spec import ServingTopology
-from placer.solver.conflicts import explain_infeasible
+from placer.solver.conflicts import explain_infeasible, single_rule_conflicts
 from placer.solver.problem import build_problem
 from placer.solver.solve import SolveOptions, solve
 from placer.topology import cost
@@ -263,7 +263,62 @@ def test_why_not_packing_level_names_the_largest_block_and_a_broader_level():
         "aggregated needs 2 groups of 7 GPUs, each inside one node; only 1 such group fits "
         "(the largest free block is 8 GPUs (node/dgx-b))."
     )
-    assert c.relax == "allow pools.aggregated.placement.required: rack"
+    # dgx-a has 6 of its 8 GPUs free: one more makes room for a second TP7 there
+    assert c.relax == "allow pools.aggregated.placement.required: rack; or free 1 more GPU in node/dgx-a"
+
+
+@pytest.mark.parametrize(
+    "requests, said, relax",
+    [
+        ('{cpu: "500"}', "each pod requests cpu 500 (the most free is 224, on dgx-b)", "requests.cpu to 224 or less"),
+        ("{memory: 3Ti}", "each pod requests memory 3072Gi (the most free is 2048Gi, on dgx-b)", "memory to 2048Gi"),
+    ],
+)
+def test_why_not_names_a_cpu_or_memory_request_no_node_can_hold(requests: str, said: str, relax: str):
+    """It was blamed on GPU packing ("the pools' TP groups cannot be packed together") with one pool."""
+    spec = _spec(
+        f"pools: {{aggregated: {{instances: 1, tensorParallel: 8, placement: {{required: node}}, "
+        f"template: {{image: 'vllm/vllm-openai:v0.11.0', resources: {{requests: {requests}}}}}}}}}"
+    )
+    (c,) = _conflicts(spec)
+    assert c.rule == "pools.aggregated.template.resources.requests"
+    assert said in c.message and "no node with 8 free matching GPUs has that much free" in c.message
+    assert relax in c.relax
+
+
+def test_why_not_says_an_engine_instance_sits_on_one_node_and_offers_a_split_that_fits():
+    """A vLLM TP8 instance that fits one node runs on one node even under required: leaf; offering
+    "required: leaf" (as before) did not fit. The split it offers makes the pool fit on its own."""
+    pools = (
+        "pools: {aggregated: {instances: 1, tensorParallel: 8, placement: {required: %s}, "
+        "template: {engine: vllm, model: m, image: 'vllm/vllm-openai:v0.11.0'}}}\nreplicas: 3"
+    )
+    for level in ("node", "leaf"):
+        (c,) = _conflicts(_spec(pools % level))
+        assert c.rule == "pools.aggregated.placement.required"
+        assert "only 2 such groups fit (the largest free block is 8 GPUs (node/dgx-b))" in c.message
+        assert ("whatever placement.required says" in c.message) == (level == "leaf")
+        assert "allow pools.aggregated.placement.required" not in (c.relax or "")
+        assert "split each instance over nodes: pools.aggregated.nodeCount: 2, gpusPerNode: 4" in c.relax
+        assert c.relax.endswith("or free 1 more GPU in node/pcie-b")  # pcie-b has 7 of 8 free
+    split = _spec(
+        "pools: {aggregated: {instances: 1, tensorParallel: 8, nodeCount: 2, gpusPerNode: 4, "
+        "placement: {required: leaf}, template: {engine: vllm, model: m, image: 'vllm/vllm-openai:v0.11.0'}}}"
+        "\nreplicas: 3"
+    )
+    topo = build_topology(load_cluster(CLUSTERS / "small-mixed.yaml"))
+    assert single_rule_conflicts(build_problem(split, topo)) == []
+
+
+def test_why_not_a_selector_nothing_matches_is_the_only_conflict():
+    """Its router rule has no domain with room either, but only because the pool has no GPUs: "drop
+    router.near" would not help, so it is not said."""
+    spec = _spec(
+        f"pools: {{aggregated: {{instances: 1, tensorParallel: 8, gpu: {{product: NVIDIA-B200}}, {T}}}}}\n"
+        "router: {near: {pool: aggregated, level: rack}}"
+    )
+    (c,) = _conflicts(spec)
+    assert c.rule == "pools.aggregated.gpu"
 
 
 def test_why_not_transfer_floor_offers_the_best_feasible_floor():
@@ -337,7 +392,7 @@ def test_why_not_gpu_selector():
     spec = _spec(f"pools: {{aggregated: {{instances: 1, tensorParallel: 8, gpu: {{product: NVIDIA-B200}}, {T}}}}}")
     (c,) = _conflicts(spec)
     assert c.rule == "pools.aggregated.gpu"
-    assert "product='NVIDIA-B200'" in c.message
+    assert "GPUs of product NVIDIA-B200; this cluster has NVIDIA-A100-PCIE-40GB (40 GiB)," in c.message
 
 
 def test_infeasible_solve_says_whether_it_is_proven_and_explains_only_when_asked():

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from placer.model.errors import InfeasibleError
 from placer.model.levels import LEVEL_RANK, LEVEL_WORDS, LEVELS
 from placer.model.spec import ServingTopology
 from placer.solver.figures import free_in
+from placer.solver.layout import layout
 from placer.solver.options import WALL_FACTOR, WALL_SLACK_S, Budget, run_solver
 from placer.solver.problem import Problem, build_problem
 
@@ -78,6 +80,8 @@ def groups_that_fit(problem: Problem, pool: str, level: str) -> tuple[int, list[
     (largest first). Exact for single-node and spanning instances; for multi-node ones it counts pod slots."""
     plan = problem.pools[pool]
     topo = problem.topology
+    if LEVEL_RANK[level] > LEVEL_RANK["node"] and _one_node(problem, pool):
+        level = "node"  # its engine runs it on one node whatever the level: count (and show) nodes
     total = 0
     blocks = []
     for dom_id in _maximal_domains(problem, level):
@@ -88,7 +92,7 @@ def groups_that_fit(problem: Problem, pool: str, level: str) -> tuple[int, list[
         if plan.multi_node:
             g = plan.gpus_per_node or 1
             nodes = [n for n in topo.domains[dom_id].nodes if n in plan.eligible]
-            slots = sum(len(topo.nodes[n].free_gpus) // g for n in nodes)
+            slots = sum(min(len(topo.nodes[n].free_gpus) // g, _pods_room(plan, topo.nodes[n])) for n in nodes)
             total += slots // (plan.node_count or 1)
         elif level in ("node", "socket") or topo.domains[dom_id].level in ("node", "socket"):
             total += _unit_groups(problem, pool, dom_id, level)
@@ -96,6 +100,13 @@ def groups_that_fit(problem: Problem, pool: str, level: str) -> tuple[int, list[
             total += free // plan.size
     blocks.sort(key=lambda b: (-b[0], topo.order[b[1]]))
     return total, blocks
+
+
+def _one_node(problem: Problem, name: str) -> bool:
+    """An instance that must sit on one node whatever its required level: an engine preset runs an instance
+    that fits the largest matching node on one node (``solver.layout``)."""
+    plan = problem.pools[name]
+    return not plan.multi_node and layout(problem.topology, problem.spec.pools[name], plan.eligible)[2]
 
 
 def _unit_groups(problem: Problem, pool: str, dom_id: str, level: str) -> int:
@@ -109,12 +120,55 @@ def _unit_groups(problem: Problem, pool: str, dom_id: str, level: str) -> int:
             continue
         node = topo.nodes[n]
         if level == "socket" and len(node.sockets) > 1:
+            on_node = 0
             for s in node.sockets:
                 if dom.socket is None or dom.socket == s:
-                    count += sum(1 for g in node.free_gpus if node.gpu(g).socket == s) // plan.size
+                    on_node += sum(1 for g in node.free_gpus if node.gpu(g).socket == s) // plan.size
         else:
-            count += len(node.free_gpus) // plan.size
+            on_node = len(node.free_gpus) // plan.size
+        count += min(on_node, _pods_room(plan, node))
     return count
+
+
+def _pods_room(plan, node) -> int:
+    """How many of the pool's pods the node's free CPU and memory hold (the model counts both per node)."""
+    room = [node.cpu_free_m // plan.cpu_m] if plan.cpu_m else []
+    room += [node.memory_free_bytes // plan.memory_bytes] if plan.memory_bytes else []
+    return min(room, default=1 << 30)
+
+
+def _resource_conflict(problem: Problem, name: str) -> Conflict | None:
+    """A pod that no node with room for its GPUs can hold for CPU or memory: the cause, where the packing
+    message would blame GPUs ("cannot be packed") for what a resources.requests line did."""
+    plan = problem.pools[name]
+    topo = problem.topology
+    gpus = plan.gpus_per_node if plan.multi_node else plan.slot
+    roomy = [topo.nodes[n] for n in sorted(plan.eligible) if len(topo.nodes[n].free_gpus) >= (gpus or 1)]
+    if not roomy or any(_pods_room(plan, node) >= 1 for node in roomy):
+        return None
+    most_cpu = max(roomy, key=lambda node: (node.cpu_free_m, -node.index))
+    most_mem = max(roomy, key=lambda node: (node.memory_free_bytes, -node.index))
+    short, relax = [], []
+    if plan.cpu_m and most_cpu.cpu_free_m < plan.cpu_m:
+        short.append(f"cpu {plan.cpu_m / 1000:g} (the most free is {most_cpu.cpu_free_m / 1000:g}, on {most_cpu.name})")
+        relax.append(f"lower pools.{name}.template.resources.requests.cpu to {most_cpu.cpu_free_m / 1000:g} or less")
+    if plan.memory_bytes and most_mem.memory_free_bytes < plan.memory_bytes:
+        short.append(
+            f"memory {plan.memory_bytes / 2**30:g}Gi (the most free is {most_mem.memory_free_bytes / 2**30:g}Gi, "
+            f"on {most_mem.name})"
+        )
+        relax.append(
+            f"lower pools.{name}.template.resources.requests.memory to {most_mem.memory_free_bytes // 2**30}Gi or less"
+        )
+    if not short:  # each fits somewhere, but never both on one node
+        short.append(f"cpu {plan.cpu_m / 1000:g} and memory {plan.memory_bytes / 2**30:g}Gi together")
+        relax.append(f"lower pools.{name}.template.resources.requests")
+    return Conflict(
+        f"pools.{name}.template.resources.requests",
+        f"{name}: each pod requests {' and '.join(short)}; no node with {gpus} free matching GPU"
+        f"{'s' if gpus != 1 else ''} has that much free.",
+        "; and ".join(relax),
+    )
 
 
 def _shape(problem: Problem, pool: str, count: int) -> str:
@@ -132,19 +186,84 @@ def _packing_conflict(problem: Problem, name: str) -> Conflict | None:
     if fit >= need:
         return None
     where = LEVEL_WORDS[plan.required]
+    if LEVEL_RANK[plan.required] > LEVEL_RANK["node"] and _one_node(problem, name):
+        where = (
+            f"one node (its engine runs an instance that fits one node, {plan.size} GPUs, on one node, "
+            "whatever placement.required says)"
+        )
     largest = f"the largest free block is {blocks[0][0]} GPUs ({blocks[0][1]})" if blocks else "no GPU is free"
     message = (
         f"{name} needs {_shape(problem, name, need)}, each inside {where}; "
         f"only {fit} such group{'s' if fit != 1 else ''} fit{'s' if fit == 1 else ''} ({largest})."
     )
     relax = []
-    for level in _levels(problem, broader_than=plan.required):
-        if groups_that_fit(problem, name, level)[0] >= need:
-            relax.append(f"allow pools.{name}.placement.required: {level}")
-            break
-    if blocks and not plan.multi_node and blocks[0][0] < plan.size:
-        relax.append(f"free {plan.size - blocks[0][0]} more GPUs in {blocks[0][1]}")
+    if _one_node(problem, name):  # a broader level changes nothing for it; splitting it over nodes may
+        split = _even_split(problem, name, need)
+        if split is not None:
+            relax.append(f"split each instance over nodes: {split}")
+    else:
+        for level in _levels(problem, broader_than=plan.required):
+            if groups_that_fit(problem, name, level)[0] >= need:
+                relax.append(f"allow pools.{name}.placement.required: {level}")
+                break
+    more = _nearest_room(problem, name)
+    if more is not None:
+        relax.append(f"free {more[0]} more GPU{'s' if more[0] != 1 else ''} in {more[1]}")
     return Conflict(f"pools.{name}.placement.required", message, "; or ".join(relax) or None)
+
+
+def _fits_with(problem: Problem, name: str, need: int, update: dict) -> bool:
+    """Whether ``need`` instances of the pool fit on their own once its spec fields take ``update``: the
+    problem is rebuilt (layout and candidates included), so a suggested relaxation is one that counts."""
+    pool = problem.spec.pools[name]
+    fields = {k: pool.placement.model_copy(update=v) if k == "placement" else v for k, v in update.items()}
+    pools = {**problem.spec.pools, name: pool.model_copy(update=fields)}
+    try:
+        relaxed = build_problem(problem.spec.model_copy(update={"pools": pools}), problem.topology)
+    except (InfeasibleError, ValueError):
+        return False
+    return groups_that_fit(relaxed, name, relaxed.pools[name].required)[0] >= need
+
+
+def _even_split(problem: Problem, name: str, need: int) -> str | None:
+    """The fewest nodes an instance may be split over evenly (each part a multiple of TP, or PP 1), at the
+    narrowest level above a node that holds them, for ``need`` instances to fit: what nodeCount /
+    gpusPerNode would make its engine run it across nodes. Each try rebuilds the problem (0.1 s at 10k
+    GPUs), so a split is tried at the broadest level first and narrowed only when it fits there."""
+    pool = problem.spec.pools[name]
+    size = pool.gpus_per_instance
+    required = pool.placement.required
+    levels = [required] if LEVEL_RANK[required] > LEVEL_RANK["node"] else _levels(problem, broader_than="node")
+    for nodes in range(2, size + 1):
+        per = size // nodes
+        if size % nodes or (per % pool.tensor_parallel and pool.pipeline_parallel != 1):
+            continue
+
+        def fits(level: str, nodes: int = nodes, per: int = per) -> bool:
+            update = {"node_count": nodes, "gpus_per_node": per, "placement": {"required": level}}
+            return _fits_with(problem, name, need, update)
+
+        if fits(levels[-1]):
+            level = next((lv for lv in levels[:-1] if fits(lv)), levels[-1])
+            where = "" if level == required else f", placement.required: {level}"
+            return f"pools.{name}.nodeCount: {nodes}, gpusPerNode: {per}{where}"
+    return None
+
+
+def _nearest_room(problem: Problem, name: str) -> tuple[int, str] | None:
+    """The fewest GPUs to free on one node for one more instance there (with that node's domain), for a
+    pool whose instances each sit on one node; None when they may span nodes or no node could hold another."""
+    plan = problem.pools[name]
+    if plan.required != "node" and not _one_node(problem, name):
+        return None
+    topo = problem.topology
+    best = None
+    for n in sorted(plan.eligible, key=lambda n: topo.order[topo.node_domain[n]]):
+        free = len(topo.nodes[n].free_gpus)
+        short = plan.size - free % plan.size
+        if (free // plan.size + 1) * plan.size <= len(topo.nodes[n].gpus) and (best is None or short < best[0]):
+            best = (short, topo.node_domain[n])
+    return best
 
 
 def single_rule_conflicts(problem: Problem) -> list[Conflict]:
@@ -156,14 +275,7 @@ def single_rule_conflicts(problem: Problem) -> list[Conflict]:
         need = plan.size * plan.instances * problem.min_replicas
         total_need += need
         if not plan.eligible:
-            product, memory = plan.selector
-            out.append(
-                Conflict(
-                    f"pools.{name}.gpu",
-                    f"{name}: no schedulable node has GPUs matching product={product!r}, minMemoryGiB={memory}.",
-                    f"change pools.{name}.gpu",
-                )
-            )
+            out.append(Conflict(f"pools.{name}.gpu", _no_matching_gpus(problem, name), f"change pools.{name}.gpu"))
             continue
         if need > free:
             out.append(
@@ -175,9 +287,9 @@ def single_rule_conflicts(problem: Problem) -> list[Conflict]:
                 )
             )
             continue
-        packing = _packing_conflict(problem, name)
-        if packing is not None:
-            out.append(packing)
+        found = _resource_conflict(problem, name) or _packing_conflict(problem, name)
+        if found is not None:
+            out.append(found)
     union = frozenset().union(*(plan.eligible for plan in problem.pools.values()))
     free_any = sum(len(topo.nodes[n].free_gpus) for n in union)
     if not out and len(problem.pools) > 1 and total_need > free_any:
@@ -189,8 +301,11 @@ def single_rule_conflicts(problem: Problem) -> list[Conflict]:
                 f"lower minReplicas or instances, or free {total_need - free_any} GPUs",
             )
         )
+    # A pool that can use no GPU at all (its selector, or CPU / memory) leaves its replica-level rules
+    # nothing to hold: saying "no domain has room" for them too, and "drop the rule", would mislead.
+    starved = {c.rule.split(".")[1] for c in out if c.rule.endswith((".gpu", ".resources.requests"))}
     for coloc in problem.colocations:
-        if not coloc.containers:
+        if not coloc.containers and not starved & set(coloc.pools):  # else a consequence, already said
             out.append(_colocation_conflict(problem, coloc))
     if problem.has_router and not problem.router_nodes:
         out.append(
@@ -202,6 +317,17 @@ def single_rule_conflicts(problem: Problem) -> list[Conflict]:
             )
         )
     return out
+
+
+def _no_matching_gpus(problem: Problem, name: str) -> str:
+    """What the selector asks for, in the spec's words, and what the cluster's schedulable nodes have."""
+    product, memory = problem.pools[name].selector
+    asked = " with ".join(
+        part for part in (f"product {product}" if product else "", f"at least {memory:g} GiB" if memory else "") if part
+    )
+    have = sorted({(g.product, g.memory_gib) for node in problem.topology.nodes if node.schedulable for g in node.gpus})
+    listed = ", ".join(f"{p} ({m:g} GiB)" for p, m in have) or "none"
+    return f"{name}: no schedulable node has GPUs of {asked or 'that kind'}; this cluster has {listed}."
 
 
 def _colocation_conflict(problem: Problem, coloc) -> Conflict:
