@@ -131,3 +131,22 @@ def test_solve_infeasible_names_the_conflict_on_stderr(tmp_path):
     done = run("solve", strict, CLUSTERS / "dgx-h100-1024.yaml")
     assert done.returncode == 1 and done.stdout == ""
     assert "joined by at least 5000 GB/s" in done.stderr and "Relax: lower transfer.minBandwidthGBps" in done.stderr
+
+
+def test_readme_explain_excerpt_is_what_placer_prints(tmp_path):
+    """README.md shows explain's KV and counterfactual tables for the disaggregated fixture on the 1,024-GPU
+    cluster: every line of that excerpt is a line placer prints today (it had drifted: cost, leaf, headers)."""
+    from pathlib import Path
+
+    cluster = CLUSTERS / "dgx-h100-1024.yaml"
+    record = tmp_path / "placed.yaml"
+    assert run("solve", DISAGG, cluster, "--placement", record, "-q").returncode == 0
+    done = run("explain", record, "--cluster", cluster, "-o", "text")
+    assert done.returncode == 0, done.stderr
+    printed = {line.rstrip() for line in done.stdout.splitlines()}
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    start = readme.index("KV-cache transfer, worst prefill → decode pair per replica\n")
+    excerpt = readme[start : readme.index("```", start)].splitlines()
+    assert len(excerpt) > 20
+    missing = [line for line in excerpt if line.rstrip() not in printed]
+    assert not missing, "\n".join(missing)

@@ -4,6 +4,7 @@ placer plan (fewest moves), on the bundled fixtures and small hand-made clusters
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -348,6 +349,14 @@ def test_plan_on_the_fixture_batch_frees_a_leaf_with_one_move(tmp_path):
     plan_doc = json.loads(r.stdout)
     assert [(m["deployment"], m["instance"]) for m in plan_doc["moves"]] == [("default/llama-405b", "aggregated-0")]
     assert plan_doc["pending"] == [{"deployment": "serving/llama-70b-p", "replicas": 5}]
+    # README.md quotes this move: its leaves and cost must be what placer prints today
+    (move,) = plan_doc["moves"]
+    src, dst = (sorted({n.split("-")[1] for n in re.findall(r"dgx-su\d+-n\d+", move[k])}) for k in ("from", "to"))
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    before, after_units = move["unitsBefore"], move["unitsAfter"]
+    cost = f"unchanged at {before:,}" if before == after_units else f"{before:,} → {after_units:,}"
+    quoted = f"from two nodes of leaf {src[0]} to two nodes of {dst[0]}, its cost (all-reduce + telemetry) {cost}"
+    assert quoted in readme
     # the state after the moves is a valid --keep input in which everything stays put
     kept = run("solve", str(five), str(DGX), "--keep", str(after), "-q")
     assert kept.returncode == 0, kept.stderr

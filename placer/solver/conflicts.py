@@ -186,7 +186,9 @@ def _packing_conflict(problem: Problem, name: str) -> Conflict | None:
     if fit >= need:
         return None
     where = LEVEL_WORDS[plan.required]
-    if LEVEL_RANK[plan.required] > LEVEL_RANK["node"] and _one_node(problem, name):
+    topo = problem.topology
+    wider = any(topo.domains[d].level not in ("node", "socket") for d in _maximal_domains(problem, plan.required))
+    if wider and _one_node(problem, name):  # its level has domains of several nodes, which it cannot use
         where = (
             f"one node (its engine runs an instance that fits one node, {plan.size} GPUs, on one node, "
             "whatever placement.required says)"
