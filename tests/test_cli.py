@@ -365,3 +365,26 @@ def test_every_time_limit_option_refuses_zero_as_usage() -> None:
                 assert getattr(param, "min", None) == 0.1, command.name
     assert {"solve", "explain", "plan", "autoscale", "size"} <= set(found), found
     assert_clean_failure(run("size", SPECS / "llama-70b-disagg.yaml", SMALL, "--time-limit", "0"), 2)
+
+
+def test_validate_takes_what_solve_takes(tmp_path: Path) -> None:
+    """A batch (a directory, several files, a multi-document file) is validated before it is solved; a bad
+    second document or a name given twice is exit 2 naming the document, as solve says it."""
+    ok = run("validate", SPECS, CLUSTERS / "dgx-h100-1024.yaml")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout == "" and ok.stderr.count("is valid") == len(list(SPECS.glob("*.yaml"))) + 1
+    text = AGG.read_text()
+    two = tmp_path / "two.yaml"
+    two.write_text(text + "---\n" + text.replace("name: llama-70b-agg", "name: other"))
+    assert run("validate", two, SMALL).returncode == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text + "---\n" + text.replace("tensorParallel: 8", "tensorParallel: 0"))
+    proc = run("validate", bad, SMALL)
+    assert_clean_failure(proc, 2)
+    assert f"{bad}#2:" in proc.stderr and "tensorParallel" in proc.stderr
+    dup = tmp_path / "dup.yaml"
+    dup.write_text(text + "---\n" + text)
+    for command in ("validate", "solve"):
+        proc = run(command, dup, SMALL)
+        assert_clean_failure(proc, 2)
+        assert f"{dup}#2: deployment default/llama-70b-agg is also given in {dup}#1" in proc.stderr

@@ -1,4 +1,4 @@
-"""``placer validate SPEC CLUSTER``: check the inputs only, without solving."""
+"""``placer validate SPEC... CLUSTER``: check the inputs only, without solving."""
 
 from __future__ import annotations
 
@@ -10,26 +10,52 @@ import typer
 
 
 def validate_command(
-    spec: Annotated[Path, typer.Argument(help="ServingTopology spec (YAML).")],
-    cluster: Annotated[Path, typer.Argument(help="Cluster file (YAML).")],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="FILE",
+            help="SPEC... CLUSTER: one or more ServingTopology specs (files, multi-document files or directories, "
+            "as solve takes them), then the cluster file.",
+        ),
+    ],
 ) -> None:
-    """Validate both files and their consistency (selectors, packing levels); exit 2 on bad input."""
-    from placer.model.load import check_stdin_once, load_cluster, load_spec
+    """Validate the specs, the cluster file and their consistency (selectors, packing levels); exit 2 on bad
+    input. Takes what ``placer solve`` takes, so a batch is checked before it is solved."""
+    from placer.model.errors import InputError
+    from placer.model.load import check_stdin_once, load_cluster, load_specs, locate
     from placer.pipeline import build_inputs
+    from placer.solver.fleet import check_unique_keys
+    from placer.solver.problem import build_problem
 
-    check_stdin_once([spec, cluster])
-    s = load_spec(spec)
-    topo, problem = build_inputs(spec, s, cluster, load_cluster(cluster))
+    check_stdin_once(paths)
+    if len(paths) < 2:
+        raise InputError("give at least one spec and then the cluster file: placer validate SPEC... CLUSTER")
+    *spec_paths, cluster = paths
+    specs = [loaded for path in spec_paths for loaded in load_specs(path)]
+    check_unique_keys([(f"{s.metadata.namespace}/{s.metadata.name}", source) for s, source in specs])
+    cluster_spec = load_cluster(cluster)
+    (first, first_source), rest = specs[0], specs[1:]
+    topo, problem = build_inputs(Path(first_source.split("#")[0]), first, cluster, cluster_spec)
+    checked = [(first, first_source, problem)]
+    for spec, source in rest:  # the cluster's topology is built once, as a batch solve builds it
+        try:
+            checked.append((spec, source, build_problem(spec, topo)))
+        except InputError as exc:
+            raise locate(Path(source.split("#")[0]), exc) from None
+    for spec, source, _problem in checked:
+        print(
+            f"{source}: ServingTopology {spec.metadata.name!r} is valid ({len(spec.pools)} pool(s), "
+            f"{spec.replicas} replica(s))",
+            file=sys.stderr,
+        )
     free = sum(len(n.free_gpus) for n in topo.nodes)
     gpus = sum(len(n.gpus) for n in topo.nodes)
-    print(
-        f"{spec}: ServingTopology {s.metadata.name!r} is valid ({len(s.pools)} pool(s), {s.replicas} replica(s))",
-        file=sys.stderr,
-    )
     print(
         f"{cluster}: Cluster {topo.name!r} is valid ({len(topo.nodes)} nodes, {gpus} GPUs, {free} free, "
         f"{len(topo.domains)} domains)",
         file=sys.stderr,
     )
-    for name, plan in problem.pools.items():
-        print(f"  pool {name}: {len(plan.candidates)} candidate place(s) per instance", file=sys.stderr)
+    for spec, _source, problem in checked:
+        prefix = f"{spec.metadata.namespace}/{spec.metadata.name} " if len(checked) > 1 else ""
+        for name, plan in problem.pools.items():
+            print(f"  {prefix}pool {name}: {len(plan.candidates)} candidate place(s) per instance", file=sys.stderr)

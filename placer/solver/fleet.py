@@ -97,13 +97,18 @@ def placement_order(deployments: list[Deployment]) -> list[Deployment]:
 
 
 def check_unique(deployments: list[Deployment]) -> None:
+    check_unique_keys([(d.key, d.source) for d in deployments])
+
+
+def check_unique_keys(keys: list[tuple[str, str]]) -> None:
+    """(namespace/name, where it was given) pairs: a name given twice is bad input (objects would collide)."""
     seen: dict[str, str] = {}
-    for d in deployments:
-        if d.key in seen:
+    for key, source in keys:
+        if key in seen:
             raise InputError(
-                f"{d.source}: deployment {d.key} is also given in {seen[d.key]}: names must be unique per namespace"
+                f"{source}: deployment {key} is also given in {seen[key]}: names must be unique per namespace"
             )
-        seen[d.key] = d.source
+        seen[key] = source
 
 
 def solve_fleet(
