@@ -242,3 +242,18 @@ def test_a_pools_judgement_does_not_depend_on_how_many_replicas_share_its_load(q
         return [(s.scope, s.level) for s in signals(SPEC_OBJ, shape, seen) if s.scope.startswith("pool/")]
 
     assert pool_signals(replicas) == pool_signals(1)
+
+
+@pytest.mark.parametrize(
+    "content, said", [(None, "cannot read (No such file or directory)"), ('{"a":\n', ":2: not valid JSON (Expecting")]
+)
+def test_a_state_file_that_cannot_be_read_is_bad_input(tmp_path: Path, content: str | None, said: str) -> None:
+    """Said as every other input is ("cannot read (...)", file:line), not Python's "[Errno 2] ..." text."""
+    state = tmp_path / "state.json"
+    if content is not None:
+        state.write_text(content)
+    args = [SPEC, DATA / "cluster.yaml", "--keep", DATA / "running.yaml", "--now", "2025-06-01T12:00:00Z"]
+    proc = run("autoscale", *args, "--state", state)
+    assert_clean_failure(proc, 2)
+    assert f"--state {state}{said}" in proc.stderr or f"--state {state}: {said}" in proc.stderr, proc.stderr
+    assert "Errno" not in proc.stderr

@@ -105,8 +105,12 @@ def autoscale_command(
     if state is not None:
         try:
             data = json.loads(state.read_text())
-        except (OSError, ValueError) as exc:
-            raise InputError(f"--state {state}: {exc}") from None
+        except OSError as exc:
+            raise InputError(f"--state {state}: cannot read ({exc.strerror or type(exc).__name__})") from None
+        except json.JSONDecodeError as exc:
+            raise InputError(f"--state {state}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        except ValueError as exc:  # bytes that are not UTF-8
+            raise InputError(f"--state {state}: not valid JSON ({exc})") from None
         previous = state_of(data, str(state), when)
     result = run_autoscale(
         spec,
