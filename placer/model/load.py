@@ -306,7 +306,11 @@ def validate_document(doc: tuple[Any, yaml.Node], source: str, model: type[M]) -
         got = repr(kind) if isinstance(kind, str | None) else f"a {_TYPE_NAMES.get(type(kind), type(kind).__name__)}"
         raise InputError(
             f"{source}:{line_of(root, ('kind',))}: kind: expected {expected_kind!r}, got {got}"
-            + (" (did you swap the spec and the cluster file?)" if isinstance(kind, str) and kind in KINDS else "")
+            + (
+                f" (this file is a {kind}, given where a {expected_kind} belongs)"
+                if isinstance(kind, str) and kind in KINDS
+                else ""
+            )
         )
     try:
         return model.model_validate(data)
