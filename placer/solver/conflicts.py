@@ -210,7 +210,8 @@ def _packing_conflict(problem: Problem, name: str) -> Conflict | None:
                 break
     more = _nearest_room(problem, name)
     if more is not None:
-        relax.append(f"free {more[0]} more GPU{'s' if more[0] != 1 else ''} in {more[1]}")
+        one_more = " for one more group" if need - fit > 1 else ""
+        relax.append(f"free {more[0]} more GPU{'s' if more[0] != 1 else ''} in {more[1]}{one_more}")
     return Conflict(f"pools.{name}.placement.required", message, "; or ".join(relax) or None)
 
 
@@ -256,7 +257,8 @@ def _nearest_room(problem: Problem, name: str) -> tuple[int, str] | None:
     """The fewest GPUs to free on one node for one more instance there (with that node's domain), for a
     pool whose instances each sit on one node; None when they may span nodes or no node could hold another."""
     plan = problem.pools[name]
-    if plan.required != "node" and not _one_node(problem, name):
+    levels = {problem.topology.domains[d].level for d in _maximal_domains(problem, plan.required)}
+    if levels != {"node"} and not _one_node(problem, name):  # e.g. an NVLink domain that is one DGX node
         return None
     topo = problem.topology
     best = None
