@@ -11,27 +11,24 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator
 
 
-def _yaml_word(value: bool) -> str:
-    return f"{'true' if value else 'false'} (YAML reads true/false, yes/no and on/off as booleans)"
+def _refusing_bools(expected: str) -> BeforeValidator:
+    """A validator that passes every value on but a boolean, which it refuses as not ``expected``."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, bool):
+            word = "true" if value else "false"
+            raise ValueError(f"expected {expected}, got {word} (YAML reads true/false, yes/no and on/off as booleans)")
+        return value
+
+    return BeforeValidator(check)
 
 
-def _no_bool_int(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError(f"expected an integer, got {_yaml_word(value)}")
-    return value
-
-
-def _no_bool_number(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError(f"expected a number, got {_yaml_word(value)}")
-    return value
-
-
-Int = Annotated[int, BeforeValidator(_no_bool_int)]
+_INT, _NUMBER = _refusing_bools("an integer"), _refusing_bools("a number")
+Int = Annotated[int, _INT]
 """An integer field that refuses ``true`` / ``false``."""
-Float = Annotated[float, BeforeValidator(_no_bool_number)]
+Float = Annotated[float, _NUMBER]
 """A number field that refuses ``true`` / ``false``."""
 # Optional ones are annotated whole: a ``Field(ge=...)`` on ``Int | None`` would not reach the integer
 # inside the union (pydantic leaves it unapplied and writes ``ge`` into the JSON Schema verbatim).
-IntOrNone = Annotated[int | None, BeforeValidator(_no_bool_int)]
-FloatOrNone = Annotated[float | None, BeforeValidator(_no_bool_number)]
+IntOrNone = Annotated[int | None, _INT]
+FloatOrNone = Annotated[float | None, _NUMBER]
