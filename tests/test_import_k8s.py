@@ -186,7 +186,11 @@ def test_cordoned_not_ready_tainted_and_unhealthy_gpus() -> None:
         ('{"kind": "Pod"}', "expected kubectl get nodes -o json output (kind List or Node), got 'Pod'"),
         (
             '{"kind": "List", "items": [{"metadata": {"name": "Bad_Name"}}]}',
-            "items[0].metadata.name: expected a node name",
+            "items[0].metadata.name: expected a node name (DNS-1123 subdomain), got 'Bad_Name'",
+        ),
+        (
+            '{"kind": "List", "items": [{"metadata": {"labels": {}}}]}',
+            "items[0].metadata.name: expected a node name (DNS-1123 subdomain), but it is missing",
         ),
         (
             '{"kind": "List", "items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "a"}}]}',

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from placer.importers.common import Note, check_node_count, error, is_label_value, is_node_name, load_json, short
+from placer.importers.common import Note, check_node_count, error, got, is_label_value, is_node_name, load_json, short
 
 KNOWN_KEYS = {
     "InstanceId",
@@ -56,7 +56,7 @@ def parse_instance_topology(text: str, source: str) -> InstanceTopology:
             raise error(source, None, f"Instances[{i}]: expected an object")
         iid = item.get("InstanceId")
         if not isinstance(iid, str) or not is_node_name(iid):
-            raise error(source, None, f"Instances[{i}].InstanceId: expected an instance id, got {short(str(iid))}")
+            raise error(source, None, f"Instances[{i}].InstanceId: expected an instance id, {got(iid)}")
         nodes = item.get("NetworkNodes") or []
         if not isinstance(nodes, list) or not all(isinstance(n, str) and is_label_value(n) for n in nodes):
             raise error(source, None, f"Instances[{i}].NetworkNodes: expected a list of network node ids")

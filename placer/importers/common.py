@@ -107,6 +107,12 @@ def short(text: str, limit: int = 60) -> str:
     return f"{quoted} (with {', '.join(runs)})" if runs else quoted
 
 
+def got(value: Any, limit: int = 60) -> str:
+    """The end of an "expected X, ..." message: what the file gave, or that it gave nothing (a missing field
+    used to read "got 'None'", as if the file had written None)."""
+    return "but it is missing" if value is None else f"got {short(str(value), limit)}"
+
+
 def found_kind(data: Any) -> str:
     """What a file holds instead of the expected kind, for "expected ..., <this>" messages."""
     if not isinstance(data, dict):

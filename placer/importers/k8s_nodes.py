@@ -25,6 +25,7 @@ from placer.importers.common import (
     check_node_count,
     error,
     found_kind,
+    got,
     is_label_key,
     is_label_value,
     is_node_name,
@@ -224,7 +225,7 @@ def _get(obj: Any, *path: str) -> Any:
 
 def _name(value: Any, where: str, source: str) -> str:
     if not isinstance(value, str) or not is_node_name(value):
-        raise error(source, None, f"{where}: expected a node name (DNS-1123 subdomain), got {short(str(value))}")
+        raise error(source, None, f"{where}: expected a node name (DNS-1123 subdomain), {got(value)}")
     return value
 
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from placer.importers.common import Note, error, short
+from placer.importers.common import Note, error, got, short
 
 MAX_SERIES = 1_000_000  # a 64 MiB file cannot hold more; the bound keeps a hostile file's cost linear
 MAX_POINTS = 5_000_000
@@ -173,9 +173,7 @@ def _point(pair: Any, source: str, at: str) -> tuple[float, float]:
         raise error(source, None, f"{at}: the timestamp must be a number (unix seconds)")
     number = _number(value) if isinstance(value, str) else None
     if number is None:
-        raise error(
-            source, None, f'{at}: the value must be a number in a string, e.g. "0.5", got {short(str(value), 30)}'
-        )
+        raise error(source, None, f'{at}: the value must be a number in a string, e.g. "0.5", {got(value, 30)}')
     return stamp, number
 
 

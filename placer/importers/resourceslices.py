@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from placer.importers.common import Note, error, is_node_name, load_json, short
+from placer.importers.common import Note, error, got, is_node_name, load_json, short
 
 DRIVER = "gpu.nvidia.com"
 BUS_ID = re.compile(r"^(?:[0-9a-fA-F]{4,8}:)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
@@ -133,8 +133,7 @@ def parse_resourceslices(text: str, source: str) -> ResourceSlices:
             raise error(
                 source,
                 None,
-                f"{where}.apiVersion: expected one of {', '.join(API_VERSIONS)}, "
-                f"got {short(str(item.get('apiVersion')))}",
+                f"{where}.apiVersion: expected one of {', '.join(API_VERSIONS)}, {got(item.get('apiVersion'))}",
             )
         spec = item.get("spec")
         if not isinstance(spec, dict):
@@ -160,9 +159,7 @@ def parse_resourceslices(text: str, source: str) -> ResourceSlices:
             None,
         )
         if not isinstance(node, str) or not is_node_name(node):
-            raise error(
-                source, None, f"{where}.spec.nodeName: expected the node of a per-node pool, got {short(str(node))}"
-            )
+            raise error(source, None, f"{where}.spec.nodeName: expected the node of a per-node pool, {got(node)}")
         for j, dev in enumerate(devices):
             at = f"{where}.spec.devices[{j}]"
             if not isinstance(dev, dict):
@@ -183,7 +180,7 @@ def parse_resourceslices(text: str, source: str) -> ResourceSlices:
                 raise error(
                     source,
                     None,
-                    f"{at}.attributes.uuid: expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, got {short(str(uuid))}",
+                    f"{at}.attributes.uuid: expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, {got(uuid)}",
                 )
             raw_bus = _attr(attrs, "resource.kubernetes.io/pciBusID", "string") or _attr(attrs, "pcieBusID", "string")
             bus = normalize_bus_id(raw_bus) if isinstance(raw_bus, str) else None
@@ -193,7 +190,7 @@ def parse_resourceslices(text: str, source: str) -> ResourceSlices:
                 )
             index = _attr(attrs, "index", "int")
             if index is not None and (not isinstance(index, int) or not 0 <= index <= 255):
-                raise error(source, None, f"{at}.attributes.index: expected 0-255, got {short(str(index))}")
+                raise error(source, None, f"{at}.attributes.index: expected 0-255, {got(index)}")
             product = _attr(attrs, "productName", "string")
             gpus.append(SliceGpu(node, name, uuid, bus, index, product if isinstance(product, str) else None))
     for (drv, pool_name), (seen, count) in sorted(pools.items()):

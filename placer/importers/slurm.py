@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from placer.importers.common import Note, check_node_count, error, is_label_value, is_node_name, short
+from placer.importers.common import Note, check_node_count, error, got, is_label_value, is_node_name, short
 from placer.model.errors import InputError
 from placer.model.load import parse_documents
 
@@ -348,7 +348,7 @@ def _list(parent: Any, key: str, source: str) -> list[dict[str, Any]]:
 def _str(entry: dict[str, Any], key: str, source: str) -> str:
     value = entry.get(key)
     if not isinstance(value, str) or not value:
-        raise error(source, None, f"{key}: expected a name, got {short(str(value))}")
+        raise error(source, None, f"{key}: expected a name, {got(value)}")
     return value
 
 
