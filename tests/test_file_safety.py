@@ -472,3 +472,21 @@ def test_stdout_that_cannot_be_written_leaves_no_output_file(name: str, record: 
         assert b"cannot write to stdout" in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr.decode()
     assert existing.read_text() == "old\n"
     assert _leftovers(tmp_path, "existing", "second.yaml") == []
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("name", list(FULL_STDOUT_RUNS))
+def test_an_output_device_that_fails_fails_the_run_before_anything_is_printed(
+    name: str, record: Path, tmp_path: Path
+) -> None:
+    """A device or FIFO cannot be staged like a regular file, so it is written before stdout: when it fails
+    (a full disk), stdout is still empty, and `| kubectl apply -f -` applies nothing of a run that exits 2."""
+    second = tmp_path / "second.yaml"
+    second.write_text(
+        SPEC.read_text().replace("name: llama-70b-agg", "name: second").replace("replicas: 2", "replicas: 1")
+    )
+    args = FULL_STDOUT_RUNS[name](Path("/dev/full"), record, second)
+    proc = subprocess.run([*placer_cmd(), *map(str, args)], cwd=ROOT, env=_env(), capture_output=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr.decode()
+    assert proc.stdout == b"", proc.stdout[:200]
+    assert b"/dev/full: cannot write" in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr.decode()

@@ -83,11 +83,12 @@ class Outputs:
     file to its temporary beside the target (a full disk fails the run before anything is printed), the
     command prints and flushes stdout, and ``commit`` renames them into place. Leaving the ``with`` block
     without ``commit`` (any error, stdout's included) removes the temporaries. ``-`` is printed at once (it
-    goes in front of what follows on stdout); FIFOs and devices are written at ``commit``."""
+    goes in front of what follows on stdout). FIFOs and devices cannot be staged, so they are written at
+    ``add``, before anything is printed: a device that fails (``--placement /dev/full``) must fail the run
+    while stdout is still empty, or ``| kubectl apply -f -`` would apply the manifests of a failed run."""
 
     def __init__(self) -> None:
         self._staged: list[tuple[str, Path, str]] = []  # (temporary, real target, label)
-        self._through: list[tuple[Path | str, bytes, str]] = []
 
     def __enter__(self) -> Outputs:
         return self
@@ -111,17 +112,14 @@ class Outputs:
         except OSError as exc:
             raise InputError(f"{_label(path, option)}: cannot write ({_reason(exc)})") from None
         if info is not None and not stat.S_ISREG(info.st_mode):
-            self._through.append((path, data, option))
+            _write_through(path, data, option)
             return
         real = Path(os.path.realpath(path))
         label = _label(path, option)
         self._staged.append((_stage(real, data, info, label), real, label))
 
     def commit(self) -> None:
-        """Make every added file visible: devices and FIFOs written, temporaries renamed over their targets."""
-        for path, data, option in self._through:
-            _write_through(path, data, option)
-        self._through.clear()
+        """Make every added regular file visible: its temporary renamed over its target."""
         while self._staged:
             tmp, real, label = self._staged[0]
             try:
