@@ -148,7 +148,7 @@ def _count_out_replicas(problem: Problem, progress: Callable[[str], None]) -> No
 
 
 def build_inputs(
-    spec_path: Path, spec: ServingTopology, cluster_path: Path, cluster, times: dict[str, float] | None = None
+    spec_path: Path | str, spec: ServingTopology, cluster_path: Path, cluster, times: dict[str, float] | None = None
 ) -> tuple[Topology, Problem]:
     """Topology and problem (their build times into ``times``); input errors found here are attributed to
     their file and line."""
@@ -292,13 +292,14 @@ def run_plan(running, pending, topo: Topology, options: SolveOptions, cut: float
 
 def _check_buildable(d, topo: Topology) -> None:
     from placer.model.errors import InputError
+    from placer.model.load import locate
     from placer.solver.problem import check_pool_fits, eligible_nodes
 
     try:
         for name, pool in d.spec.pools.items():
             check_pool_fits(topo, name, pool, eligible_nodes(topo, pool))
     except InputError as exc:
-        raise InputError(f"{d.source}: {exc}") from None
+        raise locate(d.source, exc) from None
 
 
 class LongLived:

@@ -388,3 +388,27 @@ def test_validate_takes_what_solve_takes(tmp_path: Path) -> None:
         proc = run(command, dup, SMALL)
         assert_clean_failure(proc, 2)
         assert f"{dup}#2: deployment default/llama-70b-agg is also given in {dup}#1" in proc.stderr
+
+
+def test_an_error_found_after_loading_names_the_document_and_its_line(tmp_path: Path) -> None:
+    """A pool that cannot pack on the cluster is found when the problem is built, after loading: in document 2
+    of a file the line is looked up in document 2 (validate said document 1's line, and solve gave none), and
+    a file whose own name ends in '#2' is that file, not document 2 of another."""
+    text = AGG.read_text()
+    first_doc_lines = text.count("\n") + 1  # the '---' line
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if "tensorParallel: 8" in row)
+    multi = tmp_path / "multi.yaml"
+    multi.write_text(
+        text
+        + "---\n"
+        + text.replace("name: llama-70b-agg", "name: other").replace("tensorParallel: 8", "tensorParallel: 16")
+    )
+    hashed = tmp_path / "one#2"
+    hashed.write_text(text.replace("tensorParallel: 8", "tensorParallel: 16"))
+    for command in ("validate", "solve"):
+        proc = run(command, multi, SMALL)
+        assert_clean_failure(proc, 2)
+        assert f"error: {multi}#2:{first_doc_lines + line}: pools." in proc.stderr, proc.stderr
+        proc = run(command, hashed, SMALL)
+        assert_clean_failure(proc, 2)
+        assert f"error: {hashed}:{line}: pools." in proc.stderr, proc.stderr

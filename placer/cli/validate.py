@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -36,13 +35,13 @@ def validate_command(
     check_unique_keys([(f"{s.metadata.namespace}/{s.metadata.name}", source) for s, source in specs])
     cluster_spec = load_cluster(cluster)
     (first, first_source), rest = specs[0], specs[1:]
-    topo, problem = build_inputs(_file_of(first_source), first, cluster, cluster_spec)
+    topo, problem = build_inputs(first_source, first, cluster, cluster_spec)
     checked = [(first, first_source, problem)]
     for spec, source in rest:  # the cluster's topology is built once, as a batch solve builds it
         try:
             checked.append((spec, source, build_problem(spec, topo)))
         except InputError as exc:
-            raise locate(_file_of(source), exc) from None
+            raise locate(source, exc) from None
     for spec, source, _problem in checked:
         print(
             f"{source}: ServingTopology {spec.metadata.name!r} is valid ({len(spec.pools)} pool(s), "
@@ -60,8 +59,3 @@ def validate_command(
         prefix = f"{spec.metadata.namespace}/{spec.metadata.name} " if len(checked) > 1 else ""
         for name, plan in problem.pools.items():
             print(f"  {prefix}pool {name}: {len(plan.candidates)} candidate place(s) per instance", file=sys.stderr)
-
-
-def _file_of(source: str) -> Path:
-    """The file of a spec's source as load_specs names it (``file`` or ``file#2``, its second document)."""
-    return Path(re.sub(r"#\d+$", "", source))

@@ -345,12 +345,23 @@ def load_cluster(path: Path) -> ClusterSpec:
     return load_model(path, ClusterSpec)
 
 
-def locate(path: Path, error: InputError) -> InputError:
-    """Give an error raised after loading (message starting with a field path) the file and line."""
+def locate(source: Path | str, error: InputError) -> InputError:
+    """Give an error raised after loading (message starting with a field path) the file and line. ``source``
+    is a file, or a spec's source as load_specs names it (``file#2``: the line is looked up in document 2)."""
     message = str(error)
+    path, document = source_document(source)
     try:
         docs = parse_documents(read_text(path), str(path))
-        line = line_of(docs[0][1], _path_from_text(message)) if docs else None
+        line = line_of(docs[document - 1][1], _path_from_text(message)) if len(docs) >= document else None
     except InputError:
         line = None
-    return InputError(f"{path}:{line}: {message}" if line else f"{path}: {message}")
+    return InputError(f"{source}:{line}: {message}" if line else f"{source}: {message}")
+
+
+def source_document(source: Path | str) -> tuple[Path, int]:
+    """The file and document number (from 1) of a source as load_specs names it. A file whose own name ends
+    in ``#N`` is that file (document 1), not document N of another."""
+    found = re.fullmatch(r"(.+)#([1-9]\d*)", str(source))
+    if found is None or Path(source).exists():
+        return Path(source), 1
+    return Path(found.group(1)), int(found.group(2))
