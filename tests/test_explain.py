@@ -10,6 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from placer.check.verify import check
 from placer.emit.manifests import build_manifests, placement_text, to_yaml
@@ -310,6 +312,111 @@ def test_why_not_says_an_engine_instance_sits_on_one_node_and_offers_a_split_tha
     assert single_rule_conflicts(build_problem(split, topo)) == []
 
 
+_DGX_CLUSTER = """apiVersion: placer.dev/v1alpha1
+kind: Cluster
+metadata: {name: toy}
+fabric:
+  nvlink: {bandwidthGBps: 900, latencyUs: 1.0}
+  network: {kind: infiniband, railGBps: 50, railsPerNode: 8, latencyUs: 2}
+nodeClasses:
+  dgx:
+    gpus: {count: 8, product: H100, memoryGiB: 80}
+    cpu: "224"
+    memory: 2Ti
+nodes:
+"""
+
+
+def _toy(tmp_path: Path, nodes: str):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(_DGX_CLUSTER + nodes)
+    return build_topology(load_cluster(path))
+
+
+def _tp8(requests: str = "{}", extra: str = "", instances: int = 1) -> ServingTopology:
+    return _spec(
+        f"pools: {{aggregated: {{instances: {instances}, tensorParallel: 8, {extra}placement: {{required: node}}, "
+        f"template: {{image: 'vllm/vllm-openai:v0.11.0', resources: {{requests: {requests}}}}}}}}}"
+    )
+
+
+def _why_not(spec: ServingTopology, topo):
+    problem = build_problem(spec, topo)
+    with pytest.raises(InfeasibleError):
+        solve(problem, SolveOptions(time_limit_s=10))
+    return explain_infeasible(problem)
+
+
+def test_why_not_cpu_and_memory_relaxation_is_read_off_one_node_and_then_fits(tmp_path: Path):
+    """CPU is most free on one node and memory on another: the relaxation offered the best of each, which no
+    node holds together (applied, still infeasible). It now names one node, and applied, the pod fits."""
+    topo = _toy(
+        tmp_path,
+        '  - {name: a, class: dgx, rack: r1, used: {cpu: "192", memory: 2032Gi}}\n'
+        '  - {name: b, class: dgx, rack: r1, used: {cpu: "220", memory: 1848Gi}}\n',
+    )
+    (c,) = _why_not(_tp8('{cpu: "64", memory: 256Gi}'), topo)
+    assert c.rule == "pools.aggregated.template.resources.requests"
+    assert "cpu 64 (the most free is 32, on a) and memory 256Gi (the most free is 200Gi, on b)" in c.message
+    field = "pools.aggregated.template.resources.requests"
+    lower = f"lower {field}.cpu to 32 and {field}.memory to 16Gi or less (what a has free)"
+    assert c.relax == f"{lower}, or free cpu and memory on a node"
+    relaxed = build_problem(_tp8('{cpu: "32", memory: 16Gi}'), topo)
+    assert solve(relaxed, SolveOptions(time_limit_s=10)).replicas
+
+
+def test_why_not_offers_no_request_of_zero_when_a_resource_is_used_up(tmp_path: Path):
+    """With every node's memory taken it said 'the most free is 5.1409e-07Gi' and 'lower ... memory to 0Gi'."""
+    topo = _toy(tmp_path, '  - {name: a, class: dgx, rack: r1, used: {memory: "2199023255000"}}\n')
+    (c,) = _why_not(_tp8("{memory: 1Gi}"), topo)
+    assert "memory 1Gi (the most free is 0Mi, on a)" in c.message and "e-0" not in c.message
+    assert c.relax == "free memory on a node with 8 free matching GPUs"
+
+
+def test_why_not_split_over_nodes_counts_distinct_nodes_and_fits(tmp_path: Path):
+    """Two 2-node halves were counted on one node with 8 free GPUs (pod slots, not distinct nodes), so
+    'nodeCount: 2, gpusPerNode: 4, placement.required: rack' was offered and did not fit; leaf does."""
+    topo = _toy(
+        tmp_path,
+        "  - {name: a, class: dgx, rack: r1, leaf: su1}\n"
+        "  - {name: c, class: dgx, rack: r2, leaf: su1, busy: [0, 1, 2, 3]}\n"
+        "  - {name: d, class: dgx, rack: r2, leaf: su1, busy: [0, 1, 2, 3]}\n",
+    )
+    spec = _spec(
+        "pools: {aggregated: {instances: 2, tensorParallel: 8, placement: {required: node}, "
+        "template: {engine: vllm, model: m, image: 'vllm/vllm-openai:v0.11.0'}}}"
+    )
+    (c,) = _why_not(spec, topo)
+    assert (
+        "split each instance over nodes: pools.aggregated.nodeCount: 2, gpusPerNode: 4, placement.required: leaf"
+        in c.relax
+    )
+    split = _spec(
+        "pools: {aggregated: {instances: 2, tensorParallel: 8, nodeCount: 2, gpusPerNode: 4, "
+        "placement: {required: leaf}, template: {engine: vllm, model: m, image: 'vllm/vllm-openai:v0.11.0'}}}"
+    )
+    assert solve(build_problem(split, topo), SolveOptions(time_limit_s=10)).replicas
+    at_rack = _spec(  # what was offered before: it does not fit
+        "pools: {aggregated: {instances: 2, tensorParallel: 8, nodeCount: 2, gpusPerNode: 4, "
+        "placement: {required: rack}, template: {engine: vllm, model: m, image: 'vllm/vllm-openai:v0.11.0'}}}"
+    )
+    with pytest.raises(InfeasibleError):
+        solve(build_problem(at_rack, topo), SolveOptions(time_limit_s=10))
+
+
+def test_why_not_free_gpus_only_on_a_node_whose_cpu_holds_the_pod(tmp_path: Path):
+    """Node c is one GPU short of a TP8 but has 4 of its 224 CPUs free for pods of 16: freeing its GPU was
+    offered and changed nothing. Node a (two GPUs short, CPU to spare) is named instead."""
+    topo = _toy(
+        tmp_path,
+        "  - {name: a, class: dgx, rack: r1, busy: [0, 1]}\n"
+        "  - {name: b, class: dgx, rack: r1}\n"
+        '  - {name: c, class: dgx, rack: r2, busy: [0], used: {cpu: "220"}}\n',
+    )
+    (c,) = _why_not(_tp8('{cpu: "16"}', instances=2), topo)
+    assert c.relax.endswith("free 2 more GPUs in node/a")
+
+
 def test_why_not_a_selector_nothing_matches_is_the_only_conflict():
     """Its router rule has no domain with room either, but only because the pool has no GPUs: "drop
     router.near" would not help, so it is not said."""
@@ -407,3 +514,25 @@ def test_infeasible_solve_says_whether_it_is_proven_and_explains_only_when_asked
     with pytest.raises(InfeasibleError) as quiet:  # an admission loop's choice: the verdict without the why
         solve(problem, SolveOptions(time_limit_s=10, explain=False))
     assert quiet.value.proven and not quiet.value.conflicts and not quiet.value.reasons
+
+
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=5), st.integers(1, 4))
+@settings(max_examples=200, deadline=None)
+def test_distinct_node_groups_is_the_most_instances_a_search_finds(slots: list[int], nodes: int):
+    """The count of multi-node instances (one pod per node each) against an exhaustive search."""
+    from functools import cache
+    from itertools import combinations
+
+    from placer.solver.conflicts import _distinct_node_groups
+
+    @cache
+    def most(left: tuple[int, ...]) -> int:
+        best = 0
+        for chosen in combinations([i for i, c in enumerate(left) if c], nodes):
+            rest = list(left)
+            for i in chosen:
+                rest[i] -= 1
+            best = max(best, 1 + most(tuple(sorted(rest))))
+        return best
+
+    assert _distinct_node_groups(slots, nodes) == most(tuple(sorted(slots)))

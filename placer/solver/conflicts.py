@@ -76,8 +76,9 @@ def _free_in(problem: Problem, pool: str, dom_id: str) -> int:
 
 
 def groups_that_fit(problem: Problem, pool: str, level: str) -> tuple[int, list[tuple[int, str]]]:
-    """An upper bound on how many instances of ``pool`` fit at ``level`` on their own, and the free blocks
-    (largest first). Exact for single-node and spanning instances; for multi-node ones it counts pod slots."""
+    """How many instances of ``pool`` fit at ``level`` on their own, and the free blocks (largest first): an
+    upper bound where CPU or memory is shared by instances that span nodes, exact otherwise (a multi-node
+    instance's pods on distinct nodes, each node holding as many pods as its GPUs, CPU and memory allow)."""
     plan = problem.pools[pool]
     topo = problem.topology
     if LEVEL_RANK[level] > LEVEL_RANK["node"] and _one_node(problem, pool):
@@ -92,14 +93,24 @@ def groups_that_fit(problem: Problem, pool: str, level: str) -> tuple[int, list[
         if plan.multi_node:
             g = plan.gpus_per_node or 1
             nodes = [n for n in topo.domains[dom_id].nodes if n in plan.eligible]
-            slots = sum(min(len(topo.nodes[n].free_gpus) // g, _pods_room(plan, topo.nodes[n])) for n in nodes)
-            total += slots // (plan.node_count or 1)
+            slots = [min(len(topo.nodes[n].free_gpus) // g, _pods_room(plan, topo.nodes[n])) for n in nodes]
+            total += _distinct_node_groups(slots, plan.node_count or 1)
         elif level in ("node", "socket") or topo.domains[dom_id].level in ("node", "socket"):
             total += _unit_groups(problem, pool, dom_id, level)
         else:
             total += free // plan.size
     blocks.sort(key=lambda b: (-b[0], topo.order[b[1]]))
     return total, blocks
+
+
+def _distinct_node_groups(slots: list[int], nodes: int) -> int:
+    """The most instances of ``nodes`` pods each, no two pods of one instance on one node, that nodes holding
+    ``slots`` pods each can host: the largest m with sum(min(slots, m)) >= nodes * m (a node gives each
+    instance at most one pod). Counting slots alone took two pods on one node for a two-node instance."""
+    most = sum(slots) // nodes
+    while most and sum(min(c, most) for c in slots) < nodes * most:
+        most -= 1
+    return most
 
 
 def _one_node(problem: Problem, name: str) -> bool:
@@ -137,37 +148,66 @@ def _pods_room(plan, node) -> int:
     return min(room, default=1 << 30)
 
 
+def _cpu_text(millicores: int) -> str:
+    """A CPU quantity as a request would write it: whole cores, else millicores (never rounded up)."""
+    return f"{millicores // 1000}" if millicores % 1000 == 0 else f"{millicores}m"
+
+
+def _memory_text(size: int) -> str:
+    """A memory quantity as a request would write it, rounded down: Gi when whole, else Mi."""
+    return f"{size // 2**30}Gi" if size % 2**30 == 0 else f"{size // 2**20}Mi"
+
+
 def _resource_conflict(problem: Problem, name: str) -> Conflict | None:
     """A pod that no node with room for its GPUs can hold for CPU or memory: the cause, where the packing
-    message would blame GPUs ("cannot be packed") for what a resources.requests line did."""
+    message would blame GPUs ("cannot be packed") for what a resources.requests line did. The relaxation is
+    read off one node, the one that asks the mildest cut of the requests, so that node then holds a pod."""
     plan = problem.pools[name]
     topo = problem.topology
     gpus = plan.gpus_per_node if plan.multi_node else plan.slot
     roomy = [topo.nodes[n] for n in sorted(plan.eligible) if len(topo.nodes[n].free_gpus) >= (gpus or 1)]
     if not roomy or any(_pods_room(plan, node) >= 1 for node in roomy):
         return None
-    most_cpu = max(roomy, key=lambda node: (node.cpu_free_m, -node.index))
-    most_mem = max(roomy, key=lambda node: (node.memory_free_bytes, -node.index))
-    short, relax = [], []
-    if plan.cpu_m and most_cpu.cpu_free_m < plan.cpu_m:
-        short.append(f"cpu {plan.cpu_m / 1000:g} (the most free is {most_cpu.cpu_free_m / 1000:g}, on {most_cpu.name})")
-        relax.append(f"lower pools.{name}.template.resources.requests.cpu to {most_cpu.cpu_free_m / 1000:g} or less")
-    if plan.memory_bytes and most_mem.memory_free_bytes < plan.memory_bytes:
-        short.append(
-            f"memory {plan.memory_bytes / 2**30:g}Gi (the most free is {most_mem.memory_free_bytes / 2**30:g}Gi, "
-            f"on {most_mem.name})"
-        )
-        relax.append(
-            f"lower pools.{name}.template.resources.requests.memory to {most_mem.memory_free_bytes // 2**30}Gi or less"
-        )
+    short = []
+    if plan.cpu_m:
+        most = max(roomy, key=lambda node: (node.cpu_free_m, -node.index))
+        if most.cpu_free_m < plan.cpu_m:
+            short.append(f"cpu {_cpu_text(plan.cpu_m)} (the most free is {_cpu_text(most.cpu_free_m)}, on {most.name})")
+    if plan.memory_bytes:
+        most = max(roomy, key=lambda node: (node.memory_free_bytes, -node.index))
+        if most.memory_free_bytes < plan.memory_bytes:
+            short.append(
+                f"memory {_memory_text(plan.memory_bytes)} (the most free is {_memory_text(most.memory_free_bytes)}, "
+                f"on {most.name})"
+            )
     if not short:  # each fits somewhere, but never both on one node
-        short.append(f"cpu {plan.cpu_m / 1000:g} and memory {plan.memory_bytes / 2**30:g}Gi together")
-        relax.append(f"lower pools.{name}.template.resources.requests")
+        short.append(f"cpu {_cpu_text(plan.cpu_m)} and memory {_memory_text(plan.memory_bytes)} together")
+
+    def kept(node) -> float:  # the share of the requests the node lets a pod keep: the larger, the milder
+        shares = [node.cpu_free_m / plan.cpu_m] if plan.cpu_m else []
+        shares += [node.memory_free_bytes / plan.memory_bytes] if plan.memory_bytes else []
+        return min(shares)
+
+    best = max(roomy, key=lambda node: (kept(node), -node.index))
+    lower = []
+    if plan.cpu_m and best.cpu_free_m < plan.cpu_m:
+        lower.append(("cpu", best.cpu_free_m, _cpu_text(best.cpu_free_m)))
+    if plan.memory_bytes and best.memory_free_bytes < plan.memory_bytes:
+        lower.append(("memory", best.memory_free_bytes // 2**20 * 2**20, _memory_text(best.memory_free_bytes)))
+    field = f"pools.{name}.template.resources.requests"
+    if any(amount <= 0 for _, amount, _ in lower):  # nothing left to lower to on any node
+        relax = f"free {' and '.join(what for what, _, _ in lower)} on a node with {gpus} free matching GPUs"
+    else:
+        relax = (
+            "lower "
+            + " and ".join(f"{field}.{what} to {text}" for what, _, text in lower)
+            + f" or less (what {best.name} has free), or free {' and '.join(w for w, _, _ in lower)} on a node"
+        )
     return Conflict(
-        f"pools.{name}.template.resources.requests",
+        field,
         f"{name}: each pod requests {' and '.join(short)}; no node with {gpus} free matching GPU"
         f"{'s' if gpus != 1 else ''} has that much free.",
-        "; and ".join(relax),
+        relax,
     )
 
 
@@ -255,7 +295,8 @@ def _even_split(problem: Problem, name: str, need: int) -> str | None:
 
 def _nearest_room(problem: Problem, name: str) -> tuple[int, str] | None:
     """The fewest GPUs to free on one node for one more instance there (with that node's domain), for a
-    pool whose instances each sit on one node; None when they may span nodes or no node could hold another."""
+    pool whose instances each sit on one node; None when they may span nodes or no node could hold another
+    (for GPUs, or for the CPU and memory its pods request)."""
     plan = problem.pools[name]
     levels = {problem.topology.domains[d].level for d in _maximal_domains(problem, plan.required)}
     if levels != {"node"} and not _one_node(problem, name):  # e.g. an NVLink domain that is one DGX node
@@ -265,7 +306,9 @@ def _nearest_room(problem: Problem, name: str) -> tuple[int, str] | None:
     for n in sorted(plan.eligible, key=lambda n: topo.order[topo.node_domain[n]]):
         free = len(topo.nodes[n].free_gpus)
         short = plan.size - free % plan.size
-        if (free // plan.size + 1) * plan.size <= len(topo.nodes[n].gpus) and (best is None or short < best[0]):
+        fits = (free // plan.size + 1) * plan.size <= len(topo.nodes[n].gpus)
+        held = free // plan.size < _pods_room(plan, topo.nodes[n])  # its CPU and memory hold one more pod
+        if fits and held and (best is None or short < best[0]):
             best = (short, topo.node_domain[n])
     return best
 
