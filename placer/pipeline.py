@@ -140,7 +140,8 @@ def _count_out_replicas(problem: Problem, progress: Callable[[str], None]) -> No
     fit = free // per_replica if per_replica else problem.replicas
     if fit >= problem.replicas:
         return
-    matching = "" if len(eligible) == len(problem.topology.nodes) else " matching the pools' GPU selectors"
+    with_gpus = sum(1 for node in problem.topology.nodes if node.gpus)  # a CPU-only node is never eligible
+    matching = "" if len(eligible) == with_gpus else " matching the pools' GPU selectors"
     progress(
         f"at most {fit} of {problem.replicas} replica(s) can fit: {free} free GPUs{matching}, {per_replica} per replica"
     )

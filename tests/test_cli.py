@@ -412,3 +412,18 @@ def test_an_error_found_after_loading_names_the_document_and_its_line(tmp_path: 
         proc = run(command, hashed, SMALL)
         assert_clean_failure(proc, 2)
         assert f"error: {hashed}:{line}: pools." in proc.stderr, proc.stderr
+
+
+def test_replicas_counted_out_say_matching_only_when_a_selector_leaves_gpus_out(tmp_path: Path) -> None:
+    """small-mixed has a CPU-only node, which no pool is eligible for: 'matching the pools' GPU selectors'
+    was said for a spec with no selector. With a selector that leaves some GPUs out, it is said."""
+    five = tmp_path / "five.yaml"
+    five.write_text(AGG.read_text().replace("replicas: 2", "replicas: 5\nminReplicas: 1"))
+    proc = run("solve", five, SMALL)
+    assert proc.returncode == 0, proc.stderr
+    assert "at most 3 of 5 replica(s) can fit: 29 free GPUs, 8 per replica" in proc.stderr
+    text = five.read_text().replace("tensorParallel: 8", "tensorParallel: 8\n    gpu: {product: NVIDIA-H100-80GB-HBM3}")
+    five.write_text(text)
+    proc = run("solve", five, SMALL)
+    assert proc.returncode == 0, proc.stderr
+    assert "GPUs matching the pools' GPU selectors, 8 per replica" in proc.stderr
