@@ -190,7 +190,7 @@ def test_cordoned_not_ready_tainted_and_unhealthy_gpus() -> None:
         ),
         (
             '{"kind": "List", "items": [{"metadata": {"labels": {}}}]}',
-            "items[0].metadata.name: expected a node name (DNS-1123 subdomain), but it is missing",
+            "items[0].metadata.name: expected a node name (DNS-1123 subdomain), but it is missing or null",
         ),
         (
             '{"kind": "List", "items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "a"}}]}',

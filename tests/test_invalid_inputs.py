@@ -84,6 +84,11 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "spec-replicas-yes.yaml": ("spec", 12, "replicas: expected an integer, got true (YAML reads"),
     "spec-kv-floor-true.yaml": ("spec", 11, "transfer.minBandwidthGBps: expected a number, got true"),
     "cluster-busy-true.yaml": ("cluster", 11, "nodes[1].busy[0]: expected an integer, got true"),
+    "cluster-queue-depth-map-true.yaml": (
+        "cluster",
+        12,
+        "nodes[1].metrics.queueDepth[0]: expected a number, got true",
+    ),
     "cluster-gpu-count-true.yaml": ("cluster", 9, "nodeClasses.dgx-h100.gpus.count: expected an integer"),
     "cluster-duplicate-hostname-label.yaml": (
         "cluster",
@@ -220,3 +225,11 @@ def test_a_union_reports_only_the_member_that_got_further() -> None:
     assert proc.returncode == 2, proc.stderr
     assert "gpus.count: expected an integer" in proc.stderr
     assert "valid list" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_union_reports_only_the_member_that_got_further() -> None:
+    """queueDepth is a number or a map of numbers: a bad value inside a map is the one error, not also "Input
+    should be a valid number" from the number member, which was never what the file meant."""
+    proc = run("validate", GOOD_SPEC, INVALID / "cluster-queue-depth-map-true.yaml")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "valid number" not in proc.stderr, proc.stderr

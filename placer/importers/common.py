@@ -108,9 +108,9 @@ def short(text: str, limit: int = 60) -> str:
 
 
 def got(value: Any, limit: int = 60) -> str:
-    """The end of an "expected X, ..." message: what the file gave, or that it gave nothing (a missing field
-    used to read "got 'None'", as if the file had written None)."""
-    return "but it is missing" if value is None else f"got {short(str(value), limit)}"
+    """The end of an "expected X, ..." message: what the file gave, or that it gave nothing (a field left out
+    or written as null used to read "got 'None'", as if the file had written None)."""
+    return "but it is missing or null" if value is None else f"got {short(str(value), limit)}"
 
 
 def found_kind(data: Any) -> str:

@@ -250,6 +250,11 @@ def _path_from_text(text: str) -> tuple[Any, ...]:
 _SHAPE_ERRORS = {"list_type", "dict_type", "model_type", "model_attributes_type", "tuple_type"}
 
 
+def _wrong_shape(err: Any) -> bool:
+    """A union member's error that only says the value had another shape than that member takes."""
+    return err["type"] in _SHAPE_ERRORS or isinstance(err.get("input"), (dict, list))
+
+
 def _field_loc(raw: tuple[Any, ...]) -> tuple[Any, ...]:
     """The field path of a pydantic error location, without its validator and union-member parts."""
     loc = tuple(p for p in raw if not (isinstance(p, str) and p.startswith(("function-", "list[", "dict["))))
@@ -262,9 +267,10 @@ def validation_message(exc: ValidationError, source: str, root: yaml.Node) -> st
     lines = []
     errors = [(err, _field_loc(err["loc"])) for err in exc.errors(include_url=False)]
     # A union (``gpus: {count: ...}`` or a list) reports every member that failed; where one member got
-    # further, the others' "should be a valid list" says nothing about what is wrong: keep the deeper one.
+    # further, the others' "should be a valid list" (or a scalar member's "should be a valid number" for a
+    # mapping it was given) says nothing about what is wrong: keep the deeper one.
     deeper = {loc[:k] for _, loc in errors for k in range(len(loc))}
-    errors = [(err, loc) for err, loc in errors if not (err["type"] in _SHAPE_ERRORS and loc in deeper)]
+    errors = [(err, loc) for err, loc in errors if not (loc in deeper and _wrong_shape(err))]
     for err, loc in errors[:10]:
         msg = err["msg"].removeprefix("Value error, ")
         path = loc or _path_from_text(msg)
