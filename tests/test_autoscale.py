@@ -5,13 +5,14 @@ runs, stays within its bounds for any telemetry, and gives the same bytes for th
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cli import assert_clean_failure, run
+from test_cli import ROOT, assert_clean_failure, placer_cmd, run, user_env
 
 from placer.emit.readback import load_running
 from placer.model.errors import InputError
@@ -144,6 +145,9 @@ def test_time_must_not_run_backwards_and_the_state_must_be_a_record():
         state_of({"kind": "AutoscaleDecision", "state": {"at": 100}}, "s.json", 50)
     with pytest.raises(InputError, match="decision record"):
         state_of({"kind": "Placement"}, "s.json", 50)
+    for bad in ({"at": float("nan")}, {"lastScaleAt": float("inf")}, {"coldSince": {"pool/decode": float("nan")}}):
+        with pytest.raises(InputError, match="must be finite numbers"):  # json.loads reads NaN and Infinity
+            state_of({"kind": "AutoscaleDecision", "state": bad}, "s.json", 50)
     assert parse_now("1970-01-01T00:01:00Z") == 60.0
 
 
@@ -257,3 +261,19 @@ def test_a_state_file_that_cannot_be_read_is_bad_input(tmp_path: Path, content: 
     assert_clean_failure(proc, 2)
     assert f"--state {state}{said}" in proc.stderr or f"--state {state}: {said}" in proc.stderr, proc.stderr
     assert "Errno" not in proc.stderr
+
+
+def test_a_state_given_as_stdin_is_read_from_stdin() -> None:
+    """'--state -' read a file named '-' ("No such file or directory"); every other input takes '-'."""
+    args = [SPEC, DATA / "cluster.yaml", "--keep", DATA / "running.yaml", "--now", "2025-06-01T12:00:00Z"]
+    proc = subprocess.run(
+        [*placer_cmd(), "autoscale", *map(str, args), "--state", "-"],
+        input='{"a":\n',
+        cwd=ROOT,
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert_clean_failure(proc, 2)
+    assert "--state -:2: not valid JSON" in proc.stderr, proc.stderr

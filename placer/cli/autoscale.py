@@ -89,7 +89,7 @@ def autoscale_command(
     from placer.emit.files import Outputs, check_output
     from placer.emit.manifests import records_text, to_json_list, to_yaml
     from placer.model.errors import InputError
-    from placer.model.load import check_stdin_once
+    from placer.model.load import check_stdin_once, read_text
     from placer.pipeline import run_autoscale
     from placer.solver.autoscale import State, parse_now, state_of
     from placer.solver.solve import SolveOptions
@@ -104,14 +104,12 @@ def autoscale_command(
     previous = State()
     if state is not None:
         try:
-            data = json.loads(state.read_text())
-        except OSError as exc:
-            raise InputError(f"--state {state}: cannot read ({exc.strerror or type(exc).__name__})") from None
+            data = json.loads(read_text(state))  # '-' is stdin, as for every other input
+        except InputError as exc:  # cannot read, not UTF-8, over the size limit
+            raise InputError(f"--state {exc}") from None
         except json.JSONDecodeError as exc:
             raise InputError(f"--state {state}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-        except ValueError as exc:  # bytes that are not UTF-8
-            raise InputError(f"--state {state}: not valid JSON ({exc})") from None
-        previous = state_of(data, str(state), when)
+        previous = state_of(data, f"--state {state}", when)
     result = run_autoscale(
         spec,
         cluster,

@@ -9,6 +9,7 @@ Placing what a decision adds is the ``--keep`` machinery's job (``placer.pipelin
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -308,6 +309,8 @@ def state_of(record: Mapping, source: str, now: float) -> State:
         cold = {str(k): float(v) for k, v in dict(state.get("coldSince") or {}).items()}
     except (TypeError, ValueError):
         raise InputError(f"{source}: state.at, state.lastScaleAt and state.coldSince must be numbers") from None
+    if not all(math.isfinite(x) for x in (at or 0.0, last or 0.0, *cold.values())):
+        raise InputError(f"{source}: state.at, state.lastScaleAt and state.coldSince must be finite numbers")
     if at is not None and now < at:
         raise InputError(f"{source}: --now {now:g} is before the previous decision's {at:g}")
     return State(at, last, cold)
