@@ -509,3 +509,29 @@ def test_a_batch_gives_back_what_it_set_aside_from_the_collector(tmp_path):
         assert gc.get_freeze_count() == mine
     finally:
         gc.unfreeze()
+
+
+def test_plan_with_a_running_router_places_every_pending_replica_and_proves_it():
+    """A running deployment with a router made the hint of plan's later stages name a variable twice; CP-SAT
+    refused the model, the refusal read as "nothing found", and plan kept its first stage's answer: one
+    pending replica of three, 'feasible'. Now every replica that fits is placed (as solve --keep does)."""
+    data = Path(__file__).parent / "data" / "plan_router"
+    topo = build_topology(load_cluster(data / "cluster.yaml"))
+    result = plan(load_running([data / "running.yaml"]), load_specs(data / "pending.yaml"), topo, OPTS)
+    assert result.moves == [] and result.status == "optimal"
+    assert len(result.placements[-1][1].replicas) == 3
+
+
+def test_a_model_cp_sat_refuses_is_an_error_not_nothing_found():
+    """The plan defect above hid behind MODEL_INVALID read as 'no solution': every solve now raises on it."""
+    from ortools.sat.python import cp_model
+
+    from placer.solver.options import Budget, configured_solver, run_solver
+
+    model = cp_model.CpModel()
+    x = model.new_bool_var("x")
+    model.add_hint(x, 1)
+    model.add_hint(x, 0)  # the same variable twice: CP-SAT calls the model invalid
+    budget = Budget.of(OPTS)
+    with pytest.raises(RuntimeError, match="CP-SAT refused the model placer built: .*duplicate"):
+        run_solver(configured_solver(OPTS, budget), model, budget)

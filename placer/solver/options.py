@@ -151,6 +151,8 @@ def run_solver(solver, model, budget: Budget):
     from ortools.sat.python import cp_model
 
     status = solver.solve(model)
+    if status == cp_model.MODEL_INVALID:  # placer built a model CP-SAT refuses: a bug, never "nothing found"
+        raise RuntimeError(f"CP-SAT refused the model placer built: {model.validate()}")
     work = solver.response_proto.deterministic_time
     budget.spend(work)
     p = solver.parameters

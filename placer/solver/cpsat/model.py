@@ -402,14 +402,16 @@ class PlacementModel:
                 self.capacity.unit[home].append(1)
 
     def all_vars(self) -> list[cp_model.IntVar]:
-        """Every decision variable, for hinting a stage with the previous stage's answer."""
+        """Every decision variable once, for hinting a stage with the previous stage's answer. Once: one
+        literal can serve two roles (a router's place and a container, say), and CP-SAT refuses a hint that
+        names a variable twice as an invalid model, which a later stage would take for "nothing found"."""
         v = self.vars
         out = [
             lit
             for lits in (*v.choice.values(), *v.node_of.values(), *v.container.values(), *v.router.values())
             for lit in lits.values()
         ]
-        return out + [
+        out += [
             *v.pooled.values(),
             *v.placed,
             *v.spread.values(),
@@ -417,6 +419,7 @@ class PlacementModel:
             *v.span.all_vars(),
             *v.draws.all_vars(),
         ]
+        return list({var.index: var for var in out}.values())
 
     def moves_expr(self) -> cp_model.LinearExpr:
         """Soft-kept instances and routers that would leave where they run."""
