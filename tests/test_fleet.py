@@ -535,3 +535,16 @@ def test_a_model_cp_sat_refuses_is_an_error_not_nothing_found():
     budget = Budget.of(OPTS)
     with pytest.raises(RuntimeError, match="CP-SAT refused the model placer built: .*duplicate"):
         run_solver(configured_solver(OPTS, budget), model, budget)
+
+
+def test_plan_keeps_a_moved_instance_in_its_preferred_level_before_it_saves_cost():
+    """The running TP16 (preferred: rack) must move for an H200-only TP16. h5 + h6 are cheaper but in two
+    racks; h3 + h4 share one. The plan's cost stage moved it to h5 + h6 (a preferred-level miss the move table
+    did not show); misses now come before cost, as in solve."""
+    data = Path(__file__).parent / "data" / "plan_preferred"
+    topo = build_topology(load_cluster(data / "cluster.yaml"))
+    result = plan(load_running([data / "running.yaml"]), load_specs(data / "pending.yaml"), topo, OPTS)
+    (move,) = result.moves
+    moved = result.placements[0][1].replicas[0].instances[0]
+    assert sorted(p.node for p in moved.pods) == ["h3", "h4"] and result.status == "optimal"
+    assert len(result.placements[-1][1].replicas) == 1

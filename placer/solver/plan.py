@@ -168,11 +168,14 @@ def _plan(
     proven = status == cp_model.OPTIMAL and (scope is None or fewest == 0)
     model.add(moves <= fewest)
     # With those moves: as many replicas of the pending deployments as fit (minReplicas may allow fewer
-    # than all), then the least total cost; each stage starts from the previous answer.
+    # than all), then the fewest preferred-level misses (as solve ranks them: a moved instance must not
+    # leave its preferred level where an equal move keeps it), then the least total cost; each stage
+    # starts from the previous answer.
     pending_replicas = sum(
         (x for pm in pms[len(movable) :] for x in pm.vars.placed), start=cp_model.LinearExpr.constant(0)
     )
-    for sense, objective in (("max", pending_replicas), ("min", cost)):
+    misses = sum((pm.misses_expr() for pm in pms), start=cp_model.LinearExpr.constant(0))  # type: ignore[arg-type]
+    for sense, objective in (("max", pending_replicas), ("min", misses), ("min", cost)):
         model.clear_objective()
         model.clear_hints()
         for var in [x for pm in pms for x in pm.all_vars()]:
@@ -183,8 +186,8 @@ def _plan(
             proven = False
             break
         solver, proven = better, proven and status2 == cp_model.OPTIMAL
-        if sense == "max":
-            model.add(objective >= int(round(solver.objective_value)))
+        best = int(round(solver.objective_value))
+        model.add(objective >= best) if sense == "max" else model.add(objective <= best)
     parts = [Part(pm.problem, pm, _placed(solver, pm), _stayers(pm, solver)) for pm in pms]
     decoded = decode_joint(parts, solver)
     after = []
@@ -230,7 +233,7 @@ def _plan(
 def _want(pending, cut: float | None) -> str:
     parts = ["the pending deployments fit"] if pending else []
     if cut is not None:
-        parts.append(f"the running deployments' cost drops by {cut:.0%}")
+        parts.append(f"the running deployments' cost drop by {cut:.0%}")
     return " and ".join(parts)
 
 
