@@ -227,7 +227,7 @@ def test_a_union_reports_only_the_member_that_got_further() -> None:
     assert "valid list" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
-def test_a_union_reports_only_the_member_that_got_further() -> None:
+def test_a_union_of_a_number_and_a_map_reports_only_the_map_error() -> None:
     """queueDepth is a number or a map of numbers: a bad value inside a map is the one error, not also "Input
     should be a valid number" from the number member, which was never what the file meant."""
     proc = run("validate", GOOD_SPEC, INVALID / "cluster-queue-depth-map-true.yaml")
