@@ -179,6 +179,15 @@ def _render_text(ex) -> str:
     return console.export_text()
 
 
+def test_a_record_without_a_bound_says_so():
+    """A plan's record, or one solved at scarcity prices, carries no bound: the header printed 'bound None'."""
+    spec, topo = _inputs("aggregated-tp8", "small-mixed")
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    unbounded = replace(placement, stats=replace(placement.stats, status="feasible", bound=None, gap=None))
+    text = _render_text(explain_placement(spec, topo, unbounded))
+    assert "feasible (best found; no bound)" in text and "units (no bound)" in text and "None" not in text
+
+
 def test_rendered_view_names_what_a_platform_engineer_looks_for():
     from placer.baselines import run_all
 

@@ -85,14 +85,16 @@ def render(ex: Explanation) -> RenderableType:
 
 def _header(ex: Explanation) -> RenderableType:
     gap = "" if ex.gap in (None, 0.0) else f", gap {ex.gap:.2%}"
+    # A record written by plan, a batch at scarcity prices or a solve stopped early may carry no bound.
+    bound = "no bound" if ex.bound is None else f"bound {ex.bound}"
     verdict = {
         "optimal": "[green]optimal[/] (proven: no placement costs less)",
-        "feasible": f"[yellow]feasible[/] (best found; bound {ex.bound}{gap})",
+        "feasible": f"[yellow]feasible[/] (best found; {bound}{gap})",
     }.get(ex.status, ex.status)
     checker = "[green]passed[/]" if not ex.violations else f"[red]{len(ex.violations)} violation(s)[/]"
     lines = [
         f"[bold]{ex.deployment}[/] (namespace {ex.namespace}) on cluster [bold]{ex.cluster}[/]",
-        f"solver: {verdict}; objective {ex.objective} units (bound {ex.bound}) = "
+        f"solver: {verdict}; objective {ex.objective} units ({bound}) = "
         f"{(ex.total_units or 0) / 100:,.1f} weighted µs",
         f"independent checker: {checker}",
     ]
