@@ -240,3 +240,16 @@ def test_a_spec_that_does_not_fit_as_written_gets_the_counts_sizing_found(tmp_pa
     found = {p.name: p.sizing.instances for p in result.pools}
     assert {name: pool.instances for name, pool in result.spec.pools.items()} == found
     assert found["prefill"] != 200
+
+
+def test_a_spec_that_cannot_be_placed_at_all_names_the_conflicting_rules() -> None:
+    """size places with explanations off (its rounds may fail cheaply); when even one instance per pool does
+    not fit, it said only 'no placement satisfies every hard constraint'. It names the rules, as solve does."""
+    data = Path(__file__).parent / "data" / "size_unplaceable"
+    sized = run("size", data / "spec.yaml", data / "cluster.yaml")
+    solved = run("solve", data / "spec.yaml", data / "cluster.yaml")
+    assert_clean_failure(sized, 1)
+    assert_clean_failure(solved, 1)
+    assert "cannot place even one instance of each pool" in sized.stderr
+    for rule in ("aggregated needs 1 group of 8 GPUs, each inside one node", "router within one rack"):
+        assert rule in sized.stderr and rule in solved.stderr, sized.stderr

@@ -10,7 +10,7 @@ cannot place the new counts, the last placement that fit gives the figures and a
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from placer.check.gate import verify_placement
 from placer.check.verify import Report, forward_pass, gpus_of
@@ -194,13 +194,28 @@ def _first_placement(
         small = with_counts(spec, dict.fromkeys(counts, 1)).model_copy(update={"replicas": 1, "min_replicas": 1})
         try:
             placement = place(small, topo, options)
-        except InfeasibleError as inner:
+        except InfeasibleError as first:
+            inner = _why(small, topo, place, options, first)
             raise InfeasibleError(
                 "cannot place even one instance of each pool, so there are no link figures to size with",
                 [str(inner), *inner.reasons],
+                inner.conflicts,
+                proven=inner.proven,
             ) from None
         notes.append(f"the spec as written does not fit ({exc}); figures from one instance per pool")
         return small, placement, verify_placement(small, topo, placement)
+
+
+def _why(spec, topo, place, options: SolveOptions, error: InfeasibleError) -> InfeasibleError:
+    """The error with the conflicting rules named, as solve names them: sizing places with ``explain`` off
+    (a round that does not fit is a note, and explaining it would cost seconds), so ask once more here."""
+    if options.explain or error.reasons or not error.proven:
+        return error
+    try:
+        place(spec, topo, replace(options, explain=True))
+    except InfeasibleError as explained:
+        return explained
+    return error
 
 
 def _size_pools(
