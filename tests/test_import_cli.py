@@ -77,6 +77,30 @@ def test_show_prints_a_summary_and_json(tmp_path: Path) -> None:
     assert fixture["domains_in_tree"]["nvlink-domain"] == 14 and fixture["gpus"] == 1008
 
 
+def test_show_counts_gpus_of_cordoned_nodes_free_per_product_and_every_defaulted_spine_field(tmp_path: Path) -> None:
+    """'GPUs 24: 3 busy, 13 free' left a cordoned node's 8 GPUs out of every figure; per product only totals
+    were given; a spine given without latencyUs (which explain then takes from the network kind) was not
+    listed as left at its default."""
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "apiVersion: placer.dev/v1alpha1\nkind: Cluster\nmetadata: {name: tiny}\n"
+        "fabric: {network: {kind: ethernet, railGBps: 12.5, railsPerNode: 8, latencyUs: 50},\n"
+        "         spine: {oversubscription: 2}}\n"
+        "nodeClasses:\n  dgx: {gpus: {count: 8, product: NVIDIA-H100-80GB-HBM3, memoryGiB: 80}}\n"
+        "  a100: {gpus: {count: 8, product: NVIDIA-A100-SXM4-80GB, memoryGiB: 80}}\n"
+        "nodes:\n  - {name: n1, class: dgx, rack: r1, leaf: l1, busy: [0, 1]}\n"
+        "  - {name: n2, class: dgx, rack: r1, leaf: l1, schedulable: false}\n"
+        "  - {name: n3, class: a100, rack: r2, leaf: l2, busy: [7]}\n"
+    )
+    table = run("cluster", "show", path)
+    assert table.returncode == 0, table.stderr
+    assert "24: 3 busy, 13 free, 8 on unschedulable nodes" in table.stdout
+    data = json.loads(run("cluster", "show", path, "--json").stdout)
+    assert data["busy_gpus"] + data["free_gpus"] + data["unschedulable_gpus"] == data["gpus"] == 24
+    assert data["free_gpus_by_product"] == {"NVIDIA-A100-SXM4-80GB": 7, "NVIDIA-H100-80GB-HBM3": 6}
+    assert "fabric.spine.latencyUs" in data["defaults"] and "fabric.spine.oversubscription" not in data["defaults"]
+
+
 def test_bad_input_exits_2_with_the_reason_and_nothing_on_stdout(tmp_path: Path) -> None:
     proc = run("cluster", "import", "--nccl-xml", SAMPLES / "azure-ncv4-graph.xml")
     assert (proc.returncode, proc.stdout) == (2, "")

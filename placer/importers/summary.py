@@ -9,7 +9,7 @@ between sources and the notes: what the importers could not understand.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -50,6 +50,10 @@ class ClusterSummary:
     domains_in_tree: dict[str, int]  # level -> domains the solver keeps
     overrides: list[dict[str, Any]]
     defaults: list[str]  # fields left at the model's defaults
+    # Added after the fields above (whose JSON readers may exist): GPUs neither busy nor free, because their
+    # node is cordoned or not Ready, and the free GPUs per product.
+    unschedulable_gpus: int = 0
+    free_gpus_by_product: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,9 +61,12 @@ class ClusterSummary:
 
 def summarize(spec: ClusterSpec, topo: Topology) -> ClusterSummary:
     products: Counter[str] = Counter()
+    free_products: Counter[str] = Counter()
     for node in topo.nodes:
         for gpu in node.gpus:
             products[gpu.product] += 1
+        for g in node.free_gpus:
+            free_products[node.gpu(g).product] += 1
     named = {
         "nvlink-domain": len({n.nvlink_domain for n in spec.nodes if n.nvlink_domain}),
         "rack": len({n.rack for n in spec.nodes if n.rack}),
@@ -81,6 +88,8 @@ def summarize(spec: ClusterSpec, topo: Topology) -> ClusterSummary:
         domains_in_tree={level: in_tree.get(level, 0) for level in LEVELS},
         overrides=[o.model_dump(by_alias=True, exclude_none=True) for o in spec.overrides],
         defaults=_defaults(spec),
+        unschedulable_gpus=sum(len(n.gpus) - len(n.busy) for n in topo.nodes if not n.schedulable),
+        free_gpus_by_product={p: free_products.get(p, 0) for p in sorted(products)},
     )
 
 
@@ -115,15 +124,13 @@ def _defaults(spec: ClusterSpec) -> list[str]:
     out = []
     fabric = spec.fabric
     for key in ("nvlink", "pcie", "cross_socket", "nvlink_domain", "network", "spine"):
+        name = f"fabric.{type(fabric).model_fields[key].alias or key}"
         if key not in fabric.model_fields_set:
-            out.append(f"fabric.{type(fabric).model_fields[key].alias or key}")
-        elif key == "network":
-            unset = [
-                k
-                for k in ("kind", "rail_gbps", "rails_per_node", "latency_us")
-                if k not in fabric.network.model_fields_set
-            ]
-            out += [f"fabric.network.{type(fabric.network).model_fields[k].alias or k}" for k in unset]
+            out.append(name)
+            continue
+        part = getattr(fabric, key)  # given: name each of its fields left out (a spine without latencyUs, say)
+        fields = type(part).model_fields
+        out += [f"{name}.{fields[k].alias or k}" for k in fields if k not in part.model_fields_set]
     for name, cls in sorted(spec.node_classes.items()):
         for key in ("cpu", "memory"):
             if key not in cls.model_fields_set and any(
@@ -140,9 +147,10 @@ def render_summary(summary: ClusterSummary) -> RenderableType:
     table.add_column("what", style="bold")
     table.add_column("value", overflow="fold")
     _row(table, "nodes", f"{summary.nodes} ({summary.schedulable_nodes} schedulable)")
-    _row(table, "GPUs", f"{summary.gpus}: {summary.busy_gpus} busy, {summary.free_gpus} free")
+    off = f", {summary.unschedulable_gpus} on unschedulable nodes" if summary.unschedulable_gpus else ""
+    _row(table, "GPUs", f"{summary.gpus}: {summary.busy_gpus} busy, {summary.free_gpus} free{off}")
     for product, n in summary.gpus_by_product.items():
-        _row(table, "  " + product, str(n))
+        _row(table, "  " + product, f"{n} ({summary.free_gpus_by_product.get(product, 0)} free)")
     for level in ("nvlink-domain", "rack", "leaf"):
         named, kept = summary.domains_named.get(level, 0), summary.domains_in_tree.get(level, 0)
         _row(table, f"{level} domains", f"{named} named, {kept} in the solver's tree")
