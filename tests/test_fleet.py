@@ -290,6 +290,14 @@ def test_plan_says_when_nothing_can_make_room(tmp_path):
     huge = _write_specs(tmp_path, [_spec_doc("huge", 8, 2)], "h.yaml")
     r = run("plan", "--from", str(record), str(huge), str(cluster))
     assert r.returncode == 1 and "no set of moves makes the pending deployments fit" in r.stderr
+    # why, as solve says it: huge fits alone once 'a' is gone, but 'a' keeps its two replicas
+    assert "each pending deployment fits on the cluster with every running instance gone, but not beside" in r.stderr
+    huger = _write_specs(tmp_path, [_spec_doc("huger", 8, 4)], "hh.yaml")
+    r = run("plan", "--from", str(record), str(huger), str(cluster))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert (
+        "default/huger: aggregated needs 4 groups of 8 GPUs, each inside one node; only 3 such groups fit" in r.stderr
+    )
 
 
 def test_cli_batch_exit_codes_and_stdout(tmp_path):

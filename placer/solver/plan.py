@@ -78,7 +78,36 @@ def plan(
             "one(s); the others stay where they run"
         )
         return _finish(result, budget, t0)
-    return _finish(_plan(running, pending, topo, options, cut, budget, None), budget, t0)
+    try:
+        return _finish(_plan(running, pending, topo, options, cut, budget, None), budget, t0)
+    except InfeasibleError as exc:
+        if not exc.proven or exc.reasons or not options.explain:
+            raise
+        raise InfeasibleError(str(exc), _why_not(running, pending, topo), proven=True) from None
+
+
+def _why_not(running: list[Running], pending: list[tuple[ServingTopology, str]], topo: Topology) -> list[str]:
+    """Why no moves make room, in solve's words: each pending deployment's own conflicts on the cluster with
+    every running instance gone (what no move can change); if each fits there alone, that they fit only
+    without what runs, which keeps its replicas."""
+    from placer.solver.conflicts import explain_infeasible
+
+    base = plan_keep(running, [r.spec for r in running if r.spec is not None], topo).topology
+    reasons = []
+    for spec, _source in pending:
+        key = f"{spec.metadata.namespace}/{spec.metadata.name}"
+        try:
+            problem = build_problem(spec, base)
+        except InputError as exc:
+            reasons.append(f"{key}: {exc}")
+            continue
+        reasons += [f"{key}: {c}" for c in explain_infeasible(problem, seconds=10.0)]
+    if not reasons and pending:
+        reasons.append(
+            "each pending deployment fits on the cluster with every running instance gone, but not beside what "
+            "runs: the running deployments keep the replicas they have (scale them in with placer solve --keep)"
+        )
+    return reasons
 
 
 def _finish(result: PlanResult, budget: Budget, t0: float) -> PlanResult:
