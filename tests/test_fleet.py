@@ -295,9 +295,7 @@ def test_plan_says_when_nothing_can_make_room(tmp_path):
     huger = _write_specs(tmp_path, [_spec_doc("huger", 8, 4)], "hh.yaml")
     r = run("plan", "--from", str(record), str(huger), str(cluster))
     assert r.returncode == 1 and "Traceback" not in r.stderr
-    assert (
-        "default/huger: aggregated needs 4 groups of 8 GPUs, each inside one node; only 3 such groups fit" in r.stderr
-    )
+    assert "default/huger: aggregated needs 32 GPUs for 1 replica(s); only 24 matching GPUs are free" in r.stderr
 
 
 def test_cli_batch_exit_codes_and_stdout(tmp_path):
