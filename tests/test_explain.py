@@ -426,6 +426,27 @@ def test_why_not_free_gpus_only_on_a_node_whose_cpu_holds_the_pod(tmp_path: Path
     assert c.relax.endswith("free 2 more GPUs in node/a")
 
 
+def test_why_not_names_a_spread_that_has_too_few_domains_beside_the_packing():
+    """Three replicas spread over racks on a cluster of two racks: only the packing line was given, and
+    freeing the GPU it offered still left the request infeasible. The spread rule is named too."""
+    spec = _spec(
+        f"pools: {{aggregated: {{instances: 1, tensorParallel: 8, placement: {{required: node}}, {T}}}}}\n"
+        "replicas: 3\nminReplicas: 3\nspread: {level: rack}"
+    )
+    conflicts = _conflicts(spec)
+    (spread,) = [c for c in conflicts if c.rule == "spread.level"]
+    assert spread.message == "3 replicas, each in a different rack; only 2 rack domains have free matching GPUs."
+    assert spread.relax.endswith("or lower minReplicas to 2")
+    assert any(c.rule == "pools.aggregated.placement.required" for c in conflicts)
+    narrower = spread.relax.split(" instead of")[0].removeprefix("spread across ")
+    relaxed = _spec(
+        f"pools: {{aggregated: {{instances: 1, tensorParallel: 8, placement: {{required: node}}, {T}}}}}\n"
+        f"replicas: 3\nminReplicas: 3\nspread: {{level: {narrower}}}"
+    )
+    topo = build_topology(load_cluster(CLUSTERS / "small-mixed.yaml"))
+    assert all(c.rule != "spread.level" for c in single_rule_conflicts(build_problem(relaxed, topo)))
+
+
 def test_why_not_a_selector_nothing_matches_is_the_only_conflict():
     """Its router rule has no domain with room either, but only because the pool has no GPUs: "drop
     router.near" would not help, so it is not said."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from placer.model.errors import InfeasibleError
 from placer.model.levels import LEVEL_RANK, LEVEL_WORDS, LEVELS
 from placer.model.spec import ServingTopology
+from placer.solver.cells import group_marks, node_group
 from placer.solver.figures import free_in
 from placer.solver.layout import layout
 from placer.solver.options import WALL_FACTOR, WALL_SLACK_S, Budget, run_solver
@@ -363,7 +364,48 @@ def single_rule_conflicts(problem: Problem) -> list[Conflict]:
                 "lower router.cpu / router.memory",
             )
         )
-    return out
+    # Alone, a spread with too few domains is phase 2's to find, with a solve behind each relaxation (and
+    # minReplicas beside it). Beside another rule that fails alone, phase 2 never runs: say it here, or the
+    # other rule's relaxation is offered as if it made the request fit.
+    spread = _spread_conflict(problem, union) if out else None
+    return [*out, spread] if spread is not None else out
+
+
+def _spread_cells(problem: Problem, nodes: frozenset[int], level: str) -> int:
+    """How many replicas a spread over ``level`` could keep apart at most: the cells (the checker's
+    spread-level domains, placer.solver.cells) holding a free matching GPU. Under socket spread every socket
+    of such a node counts, so the figure never undercounts and the conflict below is never false."""
+    topo = problem.topology
+    cells: set[str] = set()
+    for n in nodes:
+        if topo.nodes[n].free_gpus:
+            cells.update(group_marks(topo, level, node_group(topo, level, n)))
+    return len(cells)
+
+
+def _spread_conflict(problem: Problem, nodes: frozenset[int]) -> Conflict | None:
+    """More replicas than the spread level has domains with free matching GPUs: no placement keeps them
+    apart, whatever else holds. The packing message alone said nothing of it, and its relaxation could not
+    make the request fit."""
+    level, need = problem.spread_level, problem.min_replicas
+    if level is None or need < 2:
+        return None
+    have = _spread_cells(problem, nodes, level)
+    if have >= need:
+        return None
+    relax = [
+        f"spread across {lv} instead of {level}"
+        for lv in _levels(problem, narrower_than=level)
+        if _spread_cells(problem, nodes, lv) >= need
+    ][:1]
+    if have:
+        relax.append(f"lower minReplicas to {have}")
+    return Conflict(
+        "spread.level",
+        f"{need} replicas, each in a different {level}; only {have} {level} domain{'s' if have != 1 else ''} "
+        f"{'have' if have != 1 else 'has'} free matching GPUs.",
+        "; or ".join(relax) or "drop spread",
+    )
 
 
 def _no_matching_gpus(problem: Problem, name: str) -> str:
