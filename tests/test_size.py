@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,13 @@ def test_a_spec_that_cannot_be_placed_at_all_names_the_conflicting_rules() -> No
     assert "cannot place even one instance of each pool" in sized.stderr
     for rule in ("aggregated needs 1 group of 8 GPUs, each inside one node", "router within one rack"):
         assert rule in sized.stderr and rule in solved.stderr, sized.stderr
+
+
+def test_the_reasoning_names_what_each_role_reads_from_memory(tmp_path: Path) -> None:
+    """A prefill's memory term is its weights (roofline.prefill); a decode step reads weights and KV cache.
+    The line said 'weights+KV read' for both."""
+    proc = run("size", _write(tmp_path, _disagg({}, rate=5)), DGX)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.replace("\n", " ")
+    assert re.search(r"p90 prefill: compute [^,]+, weights read ", lines), proc.stderr
+    assert re.search(r"decode step: compute [^,]+, weights\+KV read ", lines), proc.stderr

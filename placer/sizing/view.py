@@ -75,10 +75,11 @@ def reasoning(result: SizeResult) -> list[Text]:
     for pool in result.pools:
         s, c, g = pool.sizing, pool.comm, pool.instance.gpu
         terms = s.terms
+        read = "weights read" if s.role == "prefill" else "weights+KV read"  # a prefill reads no KV cache
         split = (
             ""
             if terms is None
-            else f"compute {_ms(terms.compute * 1e3)}, weights+KV read {_ms(terms.memory * 1e3)}, "
+            else f"compute {_ms(terms.compute * 1e3)}, {read} {_ms(terms.memory * 1e3)}, "
             f"all-reduce {_ms(terms.communication * 1e3)} (from the placement)"
         )
         kv = "" if c.kv_bandwidth_gbps is None else f"; KV path {c.kv_bandwidth_gbps:g} GB/s"
