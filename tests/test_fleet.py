@@ -554,3 +554,19 @@ def test_plan_keeps_a_moved_instance_in_its_preferred_level_before_it_saves_cost
     moved = result.placements[0][1].replicas[0].instances[0]
     assert sorted(p.node for p in moved.pods) == ["h3", "h4"] and result.status == "optimal"
     assert len(result.placements[-1][1].replicas) == 1
+
+
+def test_keep_and_plan_name_the_cluster_a_record_was_placed_on(tmp_path):
+    """Another cluster's record: "runs on node 'pcie-a', which the cluster file does not list" left the user
+    to guess that the cluster file was the wrong one; the record says which cluster it was placed on."""
+    record = tmp_path / "small.yaml"
+    spec = FIX / "specs" / "aggregated-tp8.yaml"
+    placed = run("solve", str(spec), str(FIX / "clusters" / "small-mixed.yaml"), "--placement", str(record), "-q")
+    assert placed.returncode == 0, placed.stderr
+    said = "was placed on cluster 'small-mixed', but the cluster file is 'dgx-h100-1024' (it lists no node"
+    for args in (
+        ("solve", str(spec), str(DGX), "--keep", str(record)),
+        ("plan", "--from", str(record), str(DGX), "--cut", "0.05"),
+    ):
+        r = run(*args)
+        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -342,7 +342,7 @@ def _read(path: Path, docs: list[dict[str, Any]]) -> list[Running]:
 
 def _from_placed(path: Path, placed) -> Running:
     pl = placed.placement
-    running = Running(pl.namespace, pl.deployment, str(path), spec=placed.spec, stats=pl.stats)
+    running = Running(pl.namespace, pl.deployment, str(path), spec=placed.spec, stats=pl.stats, cluster=pl.cluster)
     for rep in pl.replicas:
         for inst in rep.instances:
             running.instances[(rep.index, inst.pool, inst.index)] = inst

@@ -20,6 +20,7 @@ class Running:
     routers: dict[int, str] = field(default_factory=dict)
     spec: ServingTopology | None = None  # known from records and manifests, not from bare pods
     stats: SolveStats | None = None  # the solve it came from (records, manifests): what its objects carry
+    cluster: str = ""  # the cluster it was placed on, where records and manifests say (bare pods do not)
 
     @property
     def key(self) -> str:

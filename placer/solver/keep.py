@@ -100,6 +100,11 @@ def _check_pods(run: Running, pods, topo: Topology) -> None:
         try:
             node = topo.node_by_name(pod.node)
         except KeyError:
+            if run.cluster and run.cluster != topo.name:  # the likelier mistake: the other cluster's file
+                raise InputError(
+                    f"{run.source}: {run.key} was placed on cluster {run.cluster!r}, but the cluster file is "
+                    f"{topo.name!r} (it lists no node {pod.node!r})"
+                ) from None
             raise InputError(
                 f"{run.source}: {run.key} runs on node {pod.node!r}, which the cluster file does not list"
             ) from None
