@@ -257,7 +257,10 @@ def test_keep_errors_name_the_file(tmp_path):
     first = run("solve", str(DISAGG), str(DGX), "-q", "--placement", str(record))
     assert first.returncode == 0
     r = run("solve", str(DISAGG), str(cluster), "--keep", str(record))
-    assert r.returncode == 2 and "r.yaml" in r.stderr and "does not list" in r.stderr
+    assert r.returncode == 2 and "r.yaml" in r.stderr and "placed on cluster 'dgx-h100-1024'" in r.stderr
+    record.write_text(record.read_text().replace("cluster: dgx-h100-1024", "cluster: tiny"))  # same name, no node
+    r = run("solve", str(DISAGG), str(cluster), "--keep", str(record))
+    assert r.returncode == 2 and "r.yaml" in r.stderr and "which the cluster file does not list" in r.stderr
 
 
 def test_plan_moves_the_one_instance_in_the_way(tmp_path):
