@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_in_process import run
 from k8s_acceptance import assert_accepted
-from test_cli import SMALL, run
+from test_cli import SMALL
 from test_fleet import leaf_cluster
 
 from placer.emit import applyset

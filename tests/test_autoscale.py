@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_in_process import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cli import ROOT, assert_clean_failure, placer_cmd, run, user_env
+from test_cli import ROOT, assert_clean_failure, placer_cmd, user_env
 
 from placer.emit.readback import load_running
 from placer.model.errors import InputError

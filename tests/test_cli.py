@@ -427,3 +427,36 @@ def test_replicas_counted_out_say_matching_only_when_a_selector_leaves_gpus_out(
     proc = run("solve", five, SMALL)
     assert proc.returncode == 0, proc.stderr
     assert "GPUs matching the pools' GPU selectors, 8 per replica" in proc.stderr
+
+
+# (arguments, stdin): a placement, a batch, an infeasible spec, bad input, a usage error, stdin, other commands.
+SAME_IN_PROCESS = [
+    (["solve", str(AGG), str(SMALL)], None),
+    (["solve", str(SPECS), str(CLUSTERS / "dgx-h100-1024.yaml"), "-q"], None),
+    (["solve", str(DISAGG), str(SMALL)], None),
+    (["solve", str(ROOT / "tests" / "data" / "invalid" / "spec-duplicate-key.yaml"), str(SMALL)], None),
+    (["solve", "--no-such-option"], None),
+    (["solve", "-", str(SMALL), "-o", "json"], AGG.read_text()),
+    (["explain", str(DISAGG), "--cluster", str(CLUSTERS / "dgx-h100-1024.yaml"), "--no-baselines"], None),
+    (["validate", str(AGG), str(SMALL)], None),
+    (["cluster", "show", str(SMALL)], None),
+]
+
+
+@pytest.mark.parametrize("args, stdin", SAME_IN_PROCESS, ids=[" ".join(a[:2]) for a, _ in SAME_IN_PROCESS])
+def test_the_in_process_runner_gives_what_the_process_gives(args: list[str], stdin: str | None) -> None:
+    """Most test modules run the CLI in-process (tests/cli_in_process.py) for speed; that is sound only while
+    it gives the exit code and the bytes the real process gives."""
+    from cli_in_process import run as run_in_process
+
+    proc = subprocess.run(
+        [*placer_cmd(), *args], input=stdin, cwd=ROOT, env=user_env(), capture_output=True, text=True, timeout=120
+    )
+    inside = run_in_process(*args, stdin=stdin)
+    program = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(placer_cmd()))  # what usage names
+    assert (inside.returncode, inside.stdout) == (proc.returncode, proc.stdout)
+
+    def same(stderr: str) -> str:  # wall times differ from run to run
+        return re.sub(r"\b\d+\.\d+ ?s\b", "N s", stderr.replace(program, "placer"))
+
+    assert same(inside.stderr) == same(proc.stderr)

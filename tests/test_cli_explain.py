@@ -1,4 +1,4 @@
-"""``placer explain`` through a real subprocess: where its output goes, the SVG, exit codes."""
+"""``placer explain`` end to end (in-process, tests/cli_in_process.py): where its output goes, the SVG, exit codes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import yaml
-from test_cli import CLUSTERS, DISAGG, SMALL, SPECS, run
+from cli_in_process import run
+from test_cli import CLUSTERS, DISAGG, SMALL, SPECS
 
 AGG = SPECS / "aggregated-tp8.yaml"
 

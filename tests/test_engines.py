@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_in_process import run
 from fixtures_solved import solved_fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from k8s_acceptance import assert_accepted, made_pods
-from test_cli import run
 
 from placer.emit.manifests import build_manifests, to_yaml
 from placer.emit.targets import common

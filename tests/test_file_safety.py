@@ -6,7 +6,8 @@ its mode), a symlink (the file it points to is written; the link stays), a FIFO 
 (written through, never replaced), ``-`` (stdout, or refused where stdout already carries output), places
 that cannot be written (a directory, ``''``, under /proc, under a regular file, a read-only directory), the
 run's own input file (refused, untouched), two writers at once, and kill -9 in the middle of a write.
-A run that fails writes nothing. Everything goes through the real CLI as a process."""
+A run that fails writes nothing. The CLI runs in-process (tests/cli_in_process.py) except where only a
+process shows the behaviour: /dev/stdout, a full stdout, two writers at once, kill -9."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_bytes
 
 import placer
 
@@ -41,15 +43,18 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PLACER_DEBUG"}
 
 
-def run(args: list[str | Path], umask: int = 0o022, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [*placer_cmd(), *map(str, args)],
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        timeout=timeout,
-        preexec_fn=lambda: os.umask(umask),
-    )
+def run(args: list[str | Path], umask: int = 0o022, cwd: Path = ROOT) -> subprocess.CompletedProcess[bytes]:
+    """The CLI in this process (tests/cli_in_process.py) under ``umask``: the test process's own, put back."""
+    saved = os.umask(umask)
+    try:
+        return run_bytes(*args, cwd=cwd)
+    finally:
+        os.umask(saved)
+
+
+def run_process(args: list[str | Path]) -> subprocess.CompletedProcess[bytes]:
+    """The real process, for what only a process shows: its stdout as a file (/dev/stdout), two at once, kill -9."""
+    return subprocess.run([*placer_cmd(), *map(str, args)], cwd=ROOT, env=_env(), capture_output=True, timeout=120)
 
 
 @dataclass(frozen=True)
@@ -192,12 +197,12 @@ def test_fifo_is_written_through(writer: Writer, record: Path, expected: dict[st
     thread = threading.Thread(target=reader, daemon=True)
     thread.start()
     try:
-        proc = run(writer.args(fifo, record), timeout=120)
+        proc = run(writer.args(fifo, record))
     finally:
-        if thread.is_alive():  # unblock the reader if placer never opened the FIFO
-            with open(fifo, "wb"):
-                pass
         thread.join(timeout=30)
+        if thread.is_alive():  # placer never opened the FIFO: unblock the reader (a reader is waiting, so no ENXIO)
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            thread.join(timeout=30)
     assert proc.returncode == 0, proc.stderr.decode()
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
     assert got == [expected[writer.name]]
@@ -224,7 +229,7 @@ def test_symlink_to_stdout_is_written_through(
     """``-o /dev/stdout`` (here a link to it, so that no test can ever replace the real /dev/stdout)."""
     link = tmp_path / "stdout"
     link.symlink_to("/dev/stdout")
-    proc = run(writer.args(link, record))
+    proc = run_process(writer.args(link, record))
     assert proc.returncode == 0, proc.stderr.decode()
     assert link.is_symlink()
     assert expected[writer.name] in proc.stdout
@@ -233,15 +238,9 @@ def test_symlink_to_stdout_is_written_through(
 
 @pytest.mark.parametrize("writer", WRITERS, ids=IDS)
 def test_dash_means_stdout(writer: Writer, record: Path, expected: dict[str, bytes], tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [*placer_cmd(), *map(str, writer.args(Path("-"), record))],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        timeout=120,
-    )
+    proc = run(writer.args(Path("-"), record), cwd=tmp_path)
     assert b"Traceback" not in proc.stderr
-    assert list(tmp_path.iterdir()) == []  # no file named '-'
+    assert list(tmp_path.iterdir()) == []  # no file named '-''
     if writer.stdout_free:
         assert proc.returncode == 0, proc.stderr.decode()
         assert proc.stdout == expected[writer.name]
@@ -384,8 +383,7 @@ def _generate(seed: int, out: Path, gpus: int = 4096) -> list[str]:
 def test_two_concurrent_writers_leave_one_whole_file(tmp_path: Path) -> None:
     texts = {}
     for seed in (1, 2):
-        proc = run(["cluster", "generate", "--gpus", "4096", "--seed", str(seed)])
-        texts[seed] = proc.stdout
+        texts[seed] = run(["cluster", "generate", "--gpus", "4096", "--seed", str(seed)]).stdout
     out = tmp_path / "cluster.yaml"
     for _ in range(3):
         procs = [
@@ -485,8 +483,7 @@ def test_an_output_device_that_fails_fails_the_run_before_anything_is_printed(
     second.write_text(
         SPEC.read_text().replace("name: llama-70b-agg", "name: second").replace("replicas: 2", "replicas: 1")
     )
-    args = FULL_STDOUT_RUNS[name](Path("/dev/full"), record, second)
-    proc = subprocess.run([*placer_cmd(), *map(str, args)], cwd=ROOT, env=_env(), capture_output=True, timeout=120)
+    proc = run(FULL_STDOUT_RUNS[name](Path("/dev/full"), record, second))
     assert proc.returncode == 2, proc.stderr.decode()
     assert proc.stdout == b"", proc.stdout[:200]
     assert b"/dev/full: cannot write" in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr.decode()

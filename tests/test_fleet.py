@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_in_process import run
 from k8s_acceptance import made_pods
-from test_cli import run
+from test_cli import run as run_process
 
 from placer.emit.manifests import records_text
 from placer.emit.readback import load_running
@@ -411,8 +412,9 @@ def test_explain_picks_one_deployment_of_a_batch(tmp_path):
 
 
 def test_a_batch_gives_the_same_bytes_twice(tmp_path):
+    """Two processes (each its own hash seed), so no order that depends on one can hide."""
     records = [tmp_path / "a.yaml", tmp_path / "b.yaml"]
-    outs = [run("solve", str(FIX / "specs"), str(DGX), "--placement", str(r), "-q") for r in records]
+    outs = [run_process("solve", str(FIX / "specs"), str(DGX), "--placement", str(r), "-q") for r in records]
     assert outs[0].stdout == outs[1].stdout and outs[0].stdout
     assert records[0].read_text() == records[1].read_text()
 

@@ -1,14 +1,13 @@
-"""Bad input, end to end: every file in tests/data/invalid/ makes the real CLI exit 2 with a message that
-names the file, the field and (where the loader can know it) the line, and never a traceback or stdout."""
+"""Bad input, end to end: every file in tests/data/invalid/ makes the CLI exit 2 with a message that names the
+file, the field and (where the loader can know it) the line, and never a traceback or stdout. The CLI runs
+in-process (tests/cli_in_process.py); tests/test_cli.py holds the real process to the same bytes."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import run
 
 import placer
 import placer.model.load
@@ -96,20 +95,6 @@ CASES: dict[str, tuple[str, int | None, str]] = {
         "nodes[1].labels: kubernetes.io/hostname 'gpu-1' is also the hostname of node 'dgx-a'",
     ),
 }
-
-
-def placer_cmd() -> list[str]:
-    """The real CLI: ``python -m placer`` when the package has a __main__, else the console script."""
-    if (Path(placer.__file__).parent / "__main__.py").exists():
-        return [sys.executable, "-m", "placer"]
-    return [str(Path(sys.executable).parent / "placer")]
-
-
-def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PLACER_DEBUG"}
-    return subprocess.run(
-        [*placer_cmd(), *map(str, args)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
 
 
 def test_table_covers_every_file() -> None:

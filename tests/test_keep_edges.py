@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from test_cli import run
+from cli_in_process import run
 from test_fleet import OPTS, _cluster, _spec_doc, _write_specs, leaf_cluster
 
 from placer.emit.manifests import records_text

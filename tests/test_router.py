@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cli_in_process import run
 from fixtures_solved import solved_fixture
 from k8s_acceptance import assert_accepted
-from test_cli import run
 from test_engines import with_engine
 
 from placer.emit.manifests import build_manifests

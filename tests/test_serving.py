@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_in_process import run
 from fixtures_solved import solved_fixture
 from k8s_acceptance import made_pods
-from test_cli import run
 
 from placer.emit.manifests import build_manifests
 from placer.emit.readback import load_running

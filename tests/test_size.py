@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_in_process import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cli import CLUSTERS, SPECS, assert_clean_failure, run
+from test_cli import CLUSTERS, SPECS, assert_clean_failure
+from test_cli import run as run_process
 
 from placer.model.load import load_cluster
 from placer.model.spec import ServingTopology
@@ -192,7 +194,7 @@ def test_size_writes_a_spec_validate_accepts_and_the_same_bytes_twice(tmp_path: 
     assert sized["pools"]["prefill"]["instances"] >= 1 and sized["pools"]["decode"]["instances"] >= 1
 
     out = tmp_path / "sized.yaml"
-    second = run("size", spec, DGX, "-o", out)
+    second = run_process("size", spec, DGX, "-o", out)  # another process: another hash seed
     assert second.returncode == 0 and second.stdout == ""
     assert out.read_text() == first.stdout
     check = run("validate", out, DGX)

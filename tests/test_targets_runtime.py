@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_cli import AGG, SMALL, run
+from cli_in_process import run
+from test_cli import AGG, SMALL
 
 from placer.emit.manifests import build_manifests, to_yaml
 from placer.emit.readback import load_placed

@@ -10,10 +10,11 @@ from collections import Counter
 
 import pytest
 import yaml
+from cli_in_process import run
 from fixtures_solved import ROOT, solved_fixture
 from k8s_acceptance import assert_accepted
 from test_acceptance import _gfd_node
-from test_cli import AGG, DISAGG, SMALL, run
+from test_cli import AGG, DISAGG, SMALL
 
 from placer.emit.manifests import build_manifests, topology_manifests
 from placer.emit.targets.topology_objects import _names
