@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import string
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,10 +89,21 @@ _TEXT = (
     | st.text(st.sampled_from("ab -:#'\"\\\n\té\x85\u2028\U00010000"), min_size=900, max_size=1500)
     | st.text(st.sampled_from("ab -:#'\""), min_size=60, max_size=300)  # printable ASCII: libyaml's, folded at 80
 )
+# Keys built from st.text rather than st.from_regex: the same strings, drawn some 20x faster.
+_NAME = string.ascii_letters + string.digits + "._-"
+_LOWER = string.ascii_lowercase + string.digits
 _KEY = (
-    st.from_regex(r"[A-Za-z0-9._-]{1,20}(/[A-Za-z0-9._-]{1,20})?", fullmatch=True)  # label keys, env names, fields
-    | st.from_regex(r"[a-z0-9.]{100,124}/[a-z0-9]{1,5}", fullmatch=True)  # around the emitters' simple-key limit
-    | st.from_regex(r"[A-Za-z'\"]{118,130}", fullmatch=True)  # ... with quotes: the repr escapes them
+    st.builds(  # label keys, env names, fields: [A-Za-z0-9._-]{1,20}(/[A-Za-z0-9._-]{1,20})?
+        lambda a, b: a if b is None else f"{a}/{b}",
+        st.text(_NAME, min_size=1, max_size=20),
+        st.none() | st.text(_NAME, min_size=1, max_size=20),
+    )
+    | st.builds(  # around the emitters' simple-key limit: [a-z0-9.]{100,124}/[a-z0-9]{1,5}
+        lambda a, b: f"{a}/{b}",
+        st.text(_LOWER + ".", min_size=100, max_size=124),
+        st.text(_LOWER, min_size=1, max_size=5),
+    )
+    | st.text(string.ascii_letters + "'\"", min_size=118, max_size=130)  # ... with quotes: the repr escapes them
 )
 _VALUE = st.recursive(
     st.one_of(
