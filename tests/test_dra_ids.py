@@ -10,14 +10,13 @@ from __future__ import annotations
 import copy
 import json
 import re
-import subprocess
-import sys
 import uuid as uuidlib
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
+from cli_in_process import run
 from k8s_acceptance import made_pods
 
 from placer.emit.manifests import build_manifests
@@ -41,12 +40,6 @@ CD_CRD = (
 )
 SPECS = ROOT / "fixtures" / "specs"
 CLUSTERS = ROOT / "fixtures" / "clusters"
-
-
-def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "placer", *map(str, args)], capture_output=True, text=True, check=False
-    )
 
 
 def with_gpu_ids(cluster: ClusterSpec) -> ClusterSpec:

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import copy
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
+from cli_in_process import run
 from k8s_acceptance import assert_accepted, sources
 
 from placer.emit.manifests import build_manifests
@@ -27,12 +26,6 @@ from placer.topology.build import build_topology
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [("aggregated-tp8", "small-mixed"), ("llama-70b-disagg", "dgx-h100-1024"), ("tp16-multinode", "dgx-h100-1024")]
 HOST = "kubernetes.io/hostname"
-
-
-def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "placer", *map(str, args)], capture_output=True, text=True, check=False
-    )
 
 
 def _solve(spec: ServingTopology, cluster: str):

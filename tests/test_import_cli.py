@@ -5,29 +5,15 @@ traceback, and the same inputs give the same bytes."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
+from cli_in_process import run
 
 from placer.model.load import load_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "tests" / "data" / "samples"
-
-
-def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PLACER_DEBUG"}
-    return subprocess.run(
-        [sys.executable, "-m", "placer", *map(str, args)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_import_writes_the_file_and_the_summary_goes_to_stderr(tmp_path: Path) -> None:

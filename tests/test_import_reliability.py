@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_in_process import run
 
-import placer
 from placer.importers.aws_topology import parse_instance_topology
 from placer.importers.hardware import GpuInfo, NicInfo, NodeHardware, nic_socket, rails
 from placer.importers.k8s_nodes import parse_nodes
@@ -35,12 +32,6 @@ NCCL = SAMPLES / "nccl-tests-allreduce-gcp-a3mega-h100-2node.txt"
 
 def sample(name: str) -> str:
     return (SAMPLES / name).read_text()
-
-
-def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PLACER_DEBUG"}
-    cmd = [sys.executable, "-m", "placer"] if (Path(placer.__file__).parent / "__main__.py").exists() else ["placer"]
-    return subprocess.run([*cmd, *map(str, args)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
 # --- Slurm ------------------------------------------------------------------------------------------------
