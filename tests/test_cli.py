@@ -1,5 +1,7 @@
 """The ``placer`` command end to end on the fixtures, through a real subprocess: exit codes, what goes to
-stdout (manifests only) and stderr (everything else), the placement file, determinism, schemas."""
+stdout (manifests only) and stderr (everything else), the placement file, determinism, schemas. Tests of what
+a command says or writes rather than of the process run it in-process (``run_in_process``), which the last
+test here holds to the real process's bytes."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cli_in_process import run as run_in_process
 from k8s_acceptance import made_pods
 
 import placer
@@ -143,7 +146,7 @@ def test_quiet_is_silent_and_verbose_does_not_touch_stdout() -> None:
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
 def test_placement_file(suffix: str, tmp_path: Path) -> None:
     out = tmp_path / f"out{suffix}"
-    proc = run("solve", DISAGG, CLUSTERS / "dgx-h100-1024.yaml", "--placement", out)
+    proc = run_in_process("solve", DISAGG, CLUSTERS / "dgx-h100-1024.yaml", "--placement", out)
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
     record = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
@@ -180,8 +183,8 @@ def _hostname(pod: dict[str, Any]) -> str:
 
 
 def test_json_and_yaml_placement_hold_the_same_record(tmp_path: Path) -> None:
-    run("solve", AGG, SMALL, "-q", "--placement", tmp_path / "p.json")
-    run("solve", AGG, SMALL, "-q", "--placement", tmp_path / "p.yaml")
+    run_in_process("solve", AGG, SMALL, "-q", "--placement", tmp_path / "p.json")
+    run_in_process("solve", AGG, SMALL, "-q", "--placement", tmp_path / "p.yaml")
     assert json.loads((tmp_path / "p.json").read_text()) == yaml.safe_load((tmp_path / "p.yaml").read_text())
 
 
@@ -196,14 +199,14 @@ def test_json_and_yaml_placement_hold_the_same_record(tmp_path: Path) -> None:
 )
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
 def test_failed_solve_writes_no_placement(spec: Path, cluster: Path, code: int, suffix: str, tmp_path: Path) -> None:
-    proc = run("solve", spec, cluster, "--placement", tmp_path / f"out{suffix}")
+    proc = run_in_process("solve", spec, cluster, "--placement", tmp_path / f"out{suffix}")
     assert_clean_failure(proc, code)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_placement_into_missing_directory_is_bad_input(tmp_path: Path) -> None:
     target = tmp_path / "missing" / "out.json"
-    proc = run("solve", AGG, SMALL, "--placement", target)
+    proc = run_in_process("solve", AGG, SMALL, "--placement", target)
     assert_clean_failure(proc, 2)
     assert str(target) in proc.stderr
 
@@ -221,7 +224,7 @@ def test_deterministic(tmp_path: Path) -> None:
 
 
 def test_infeasible_names_the_constraints() -> None:
-    proc = run("solve", DISAGG, SMALL)
+    proc = run_in_process("solve", DISAGG, SMALL)
     assert_clean_failure(proc, 1)
     assert "infeasible" in proc.stderr
     reasons = [line for line in proc.stderr.splitlines() if line.startswith("  - ")]
@@ -237,7 +240,7 @@ def test_infeasible_names_the_constraints() -> None:
 
 @pytest.mark.parametrize("spec, cluster", FEASIBLE, ids=FEASIBLE_IDS)
 def test_validate_good_inputs(spec: str, cluster: str) -> None:
-    proc = run("validate", SPECS / spec, CLUSTERS / cluster)
+    proc = run_in_process("validate", SPECS / spec, CLUSTERS / cluster)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     assert f"{SPECS / spec}: ServingTopology" in proc.stderr
@@ -370,22 +373,22 @@ def test_every_time_limit_option_refuses_zero_as_usage() -> None:
 def test_validate_takes_what_solve_takes(tmp_path: Path) -> None:
     """A batch (a directory, several files, a multi-document file) is validated before it is solved; a bad
     second document or a name given twice is exit 2 naming the document, as solve says it."""
-    ok = run("validate", SPECS, CLUSTERS / "dgx-h100-1024.yaml")
+    ok = run_in_process("validate", SPECS, CLUSTERS / "dgx-h100-1024.yaml")
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout == "" and ok.stderr.count("is valid") == len(list(SPECS.glob("*.yaml"))) + 1
     text = AGG.read_text()
     two = tmp_path / "two.yaml"
     two.write_text(text + "---\n" + text.replace("name: llama-70b-agg", "name: other"))
-    assert run("validate", two, SMALL).returncode == 0
+    assert run_in_process("validate", two, SMALL).returncode == 0
     bad = tmp_path / "bad.yaml"
     bad.write_text(text + "---\n" + text.replace("tensorParallel: 8", "tensorParallel: 0"))
-    proc = run("validate", bad, SMALL)
+    proc = run_in_process("validate", bad, SMALL)
     assert_clean_failure(proc, 2)
     assert f"{bad}#2:" in proc.stderr and "tensorParallel" in proc.stderr
     dup = tmp_path / "dup.yaml"
     dup.write_text(text + "---\n" + text)
     for command in ("validate", "solve"):
-        proc = run(command, dup, SMALL)
+        proc = run_in_process(command, dup, SMALL)
         assert_clean_failure(proc, 2)
         assert f"{dup}#2: deployment default/llama-70b-agg is also given in {dup}#1" in proc.stderr
 
@@ -406,10 +409,10 @@ def test_an_error_found_after_loading_names_the_document_and_its_line(tmp_path: 
     hashed = tmp_path / "one#2"
     hashed.write_text(text.replace("tensorParallel: 8", "tensorParallel: 16"))
     for command in ("validate", "solve"):
-        proc = run(command, multi, SMALL)
+        proc = run_in_process(command, multi, SMALL)
         assert_clean_failure(proc, 2)
         assert f"error: {multi}#2:{first_doc_lines + line}: pools." in proc.stderr, proc.stderr
-        proc = run(command, hashed, SMALL)
+        proc = run_in_process(command, hashed, SMALL)
         assert_clean_failure(proc, 2)
         assert f"error: {hashed}:{line}: pools." in proc.stderr, proc.stderr
 
@@ -419,12 +422,12 @@ def test_replicas_counted_out_say_matching_only_when_a_selector_leaves_gpus_out(
     was said for a spec with no selector. With a selector that leaves some GPUs out, it is said."""
     five = tmp_path / "five.yaml"
     five.write_text(AGG.read_text().replace("replicas: 2", "replicas: 5\nminReplicas: 1"))
-    proc = run("solve", five, SMALL)
+    proc = run_in_process("solve", five, SMALL)
     assert proc.returncode == 0, proc.stderr
     assert "at most 3 of 5 replica(s) can fit: 29 free GPUs, 8 per replica" in proc.stderr
     text = five.read_text().replace("tensorParallel: 8", "tensorParallel: 8\n    gpu: {product: NVIDIA-H100-80GB-HBM3}")
     five.write_text(text)
-    proc = run("solve", five, SMALL)
+    proc = run_in_process("solve", five, SMALL)
     assert proc.returncode == 0, proc.stderr
     assert "GPUs matching the pools' GPU selectors, 8 per replica" in proc.stderr
 
@@ -447,8 +450,6 @@ SAME_IN_PROCESS = [
 def test_the_in_process_runner_gives_what_the_process_gives(args: list[str], stdin: str | None) -> None:
     """Most test modules run the CLI in-process (tests/cli_in_process.py) for speed; that is sound only while
     it gives the exit code and the bytes the real process gives."""
-    from cli_in_process import run as run_in_process
-
     proc = subprocess.run(
         [*placer_cmd(), *args], input=stdin, cwd=ROOT, env=user_env(), capture_output=True, text=True, timeout=120
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_in_process import run as run_in_process
 from k8s_acceptance import made_pods
 
 import placer
@@ -30,7 +31,13 @@ def placer_cmd() -> list[str]:
     return [str(Path(sys.executable).parent / "placer")]
 
 
-def run(*args: str | Path, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run(*args: str | Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI in this process (tests/cli_in_process.py)."""
+    return run_in_process(*args, stdin=stdin)
+
+
+def run_process(*args: str | Path, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The real process: for /dev/stdin, which is the process's own standard input."""
     env = {k: v for k, v in os.environ.items() if k != "PLACER_DEBUG"}
     return subprocess.run(
         [*placer_cmd(), *map(str, args)],
@@ -98,7 +105,7 @@ def test_solve_reads_an_input_from_stdin_dash(which: str) -> None:
 def test_solve_reads_the_spec_from_a_pipe_once() -> None:
     """``cat spec | placer solve /dev/stdin cluster`` used to read the pipe twice and find 0 documents."""
     expected = run("solve", SPEC, CLUSTER)
-    proc = run("solve", "/dev/stdin", CLUSTER, stdin=SPEC.read_text())
+    proc = run_process("solve", "/dev/stdin", CLUSTER, stdin=SPEC.read_text())
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == expected.stdout
 
@@ -112,7 +119,7 @@ def test_stdin_given_twice_is_refused(command: str) -> None:
 @pytest.mark.parametrize("command", ["validate", "solve"])
 def test_size_limit_holds_on_an_endless_device(command: str) -> None:
     """The limit used the file's reported size, so /dev/zero (size 0) was read until memory ran out."""
-    proc = run(command, "/dev/zero", CLUSTER, timeout=120)
+    proc = run(command, "/dev/zero", CLUSTER)
     assert_bad_input(proc, "/dev/zero: more than 64 MiB (the input limit)")
 
 
@@ -140,7 +147,7 @@ def test_size_limit_holds_on_a_pipe(tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        proc = run("validate", SPEC, fifo, timeout=120)
+        proc = run("validate", SPEC, fifo)
     finally:
         writer.kill()
         writer.wait()
@@ -199,7 +206,7 @@ def test_cluster_show_escapes_markup_in_free_text(tmp_path: Path) -> None:
 
 
 def test_cluster_generate_absurd_gpu_count_is_refused() -> None:
-    proc = run("cluster", "generate", "--gpus", "99999999999999999999", timeout=60)
+    proc = run("cluster", "generate", "--gpus", "99999999999999999999")
     assert_bad_input(proc, "--gpus 99999999999999999999 is over the limit of 400000 GPUs")
 
 
@@ -217,7 +224,6 @@ def test_more_replicas_than_free_gpus_allow_are_counted_out() -> None:
         "--time-limit",
         "5",
         stdin=yaml.safe_dump(spec),
-        timeout=120,
     )
     assert "Traceback" not in proc.stderr
     assert proc.returncode in (0, 1), proc.stderr
@@ -234,7 +240,15 @@ def test_relaxations_are_checked_with_the_required_replicas_only(tmp_path: Path)
     spec = yaml.safe_load(SPEC.read_text())
     spec["pools"]["aggregated"]["instances"] = 8
     spec["replicas"], spec["minReplicas"] = 1024, 1
-    proc = run("solve", "-", cluster, "--time-limit", "10", stdin=yaml.safe_dump(spec), timeout=300)
+    proc = run("solve", "-", cluster, "--time-limit", "10", stdin=yaml.safe_dump(spec))
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout == ""
     assert "no single domain has the 64 free GPUs this requires. Relax: allow router.near.level: leaf" in proc.stderr
+
+
+def test_each_command_in_one_process_reads_its_own_stdin() -> None:
+    """What stdin gave was kept for the rest of the process (a pipe can be read only once), so a second
+    command run by the same process (a test, a service calling placer.cli.main) got the first one's stdin."""
+    first = run("validate", "-", CLUSTER, stdin=SPEC.read_text())
+    second = run("validate", SPEC, "-", stdin=CLUSTER.read_text())
+    assert (first.returncode, second.returncode) == (0, 0), second.stderr

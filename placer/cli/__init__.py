@@ -34,6 +34,16 @@ app.add_typer(cluster.app, name="cluster")
 
 
 def main() -> None:
+    """One command: its exit code as SystemExit. What it read from stdin or a FIFO is forgotten at the end."""
+    from placer.model.load import forget_streams
+
+    try:
+        _command()
+    finally:
+        forget_streams()
+
+
+def _command() -> None:
     from placer.model.errors import InfeasibleError, PlacerError
 
     try:

@@ -35,6 +35,12 @@ STDIN = "-"
 _STREAMS: dict[str, str] = {}  # what a pipe, FIFO or stdin gave: such an input can be read only once
 
 
+def forget_streams() -> None:
+    """End of one command: what stdin or a FIFO gave belongs to it. A process that runs several (a test, a
+    service calling ``placer.cli.main``) would otherwise give the next one the first one's stdin."""
+    _STREAMS.clear()
+
+
 def read_text(path: Path) -> str:
     """Read an input as UTF-8 text, at most ``MAX_BYTES``; ``-`` is standard input.
 
