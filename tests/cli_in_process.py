@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,25 +26,90 @@ import placer.cli
 ROOT = Path(__file__).resolve().parent.parent
 
 
+TIMEOUT_S = 300.0  # as subprocess.run(timeout=...): a command that hangs fails its test, not the whole run
+
+
 def run(
-    *args: str | Path, cwd: Path = ROOT, stdin: str | bytes | None = None, env: dict[str, str] | None = None
+    *args: str | Path,
+    cwd: Path = ROOT,
+    stdin: str | bytes | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = TIMEOUT_S,
 ) -> subprocess.CompletedProcess[str]:
     """``placer ARGS`` in this process; stdout and stderr decoded as text, as ``subprocess.run(text=True)``
     gives them (universal newlines)."""
-    done = run_bytes(*args, cwd=cwd, stdin=stdin, env=env)
+    done = run_bytes(*args, cwd=cwd, stdin=stdin, env=env, timeout=timeout)
     return subprocess.CompletedProcess(done.args, done.returncode, _text(done.stdout), _text(done.stderr))
 
 
 def run_bytes(
-    *args: str | Path, cwd: Path = ROOT, stdin: str | bytes | None = None, env: dict[str, str] | None = None
+    *args: str | Path,
+    cwd: Path = ROOT,
+    stdin: str | bytes | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = TIMEOUT_S,
 ) -> subprocess.CompletedProcess[bytes]:
     """``placer ARGS`` in this process, stdout and stderr as the bytes the process would write."""
     argv = ["placer", *map(str, args)]
     data = stdin.encode() if isinstance(stdin, str) else (stdin or b"")
-    out, err = io.BytesIO(), io.BytesIO()
-    with _environment(env), _cwd(cwd), _streams(io.BytesIO(data), out, err), _argv(argv):
+    out, err = _Kept(), _Kept()
+    with (
+        _environment(env),
+        _cwd(cwd),
+        _streams(io.BytesIO(data), out, err),
+        _argv(argv),
+        _warnings(),
+        _deadline(timeout, argv),
+    ):
         code = _main()
     return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+class _Kept(io.BytesIO):
+    """A stream the command may close (as it may close its stdout) and the caller still reads."""
+
+    def close(self) -> None:
+        pass
+
+
+class CommandTimedOut(BaseException):
+    """Raised in the command by an alarm: a BaseException, so that placer's own handlers do not take it."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float, argv: list[str]) -> Iterator[None]:
+    def expire(_signum, _frame):
+        raise CommandTimedOut(f"{' '.join(argv)} did not end within {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def _warnings() -> Iterator[None]:
+    """Warnings as a fresh interpreter shows them, on the command's stderr: pytest would otherwise record
+    them, and a check that stderr is empty would pass while the real process printed one."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        for action, category in (
+            ("ignore", DeprecationWarning),
+            ("ignore", PendingDeprecationWarning),
+            ("ignore", ImportWarning),
+            ("ignore", ResourceWarning),
+        ):
+            warnings.simplefilter(action, category)
+        warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+        warnings.showwarning = show
+        yield
 
 
 def _main() -> int:
@@ -76,11 +143,11 @@ def _streams(stdin: io.BytesIO, stdout: io.BytesIO, stderr: io.BytesIO) -> Itera
     try:
         yield
     finally:
-        for stream in wrapped[1:]:
-            stream.flush()
         sys.stdin, sys.stdout, sys.stderr = saved
         for stream in wrapped:
-            stream.detach()  # the BytesIO stays open for the caller to read
+            with contextlib.suppress(ValueError, OSError):  # a stream the command closed
+                stream.flush()
+                stream.detach()
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from cli_in_process import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cli import ROOT, assert_clean_failure, placer_cmd, user_env
+from test_cli import run as run_process
 
 from placer.emit.readback import load_running
 from placer.model.errors import InputError
@@ -104,9 +105,9 @@ def test_same_inputs_same_bytes(tmp_path):
     step = yaml.safe_load((DATA / "trace.yaml").read_text())[1]
     cluster = _cluster(tmp_path, step["metrics"], "c.yaml")
     outs = []
-    for n in range(2):
+    for n, runner in enumerate((run, run_process)):  # two processes, two hash seeds
         d = tmp_path / f"d{n}.json"
-        proc = run("autoscale", SPEC, cluster, "--keep", DATA / "running.yaml", "--now", "60", "--decision", d)
+        proc = runner("autoscale", SPEC, cluster, "--keep", DATA / "running.yaml", "--now", "60", "--decision", d)
         assert proc.returncode == 0, proc.stderr
         outs.append((proc.stdout, d.read_bytes()))
     assert outs[0] == outs[1]

@@ -454,10 +454,31 @@ def test_the_in_process_runner_gives_what_the_process_gives(args: list[str], std
         [*placer_cmd(), *args], input=stdin, cwd=ROOT, env=user_env(), capture_output=True, text=True, timeout=120
     )
     inside = run_in_process(*args, stdin=stdin)
-    program = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(placer_cmd()))  # what usage names
     assert (inside.returncode, inside.stdout) == (proc.returncode, proc.stdout)
 
-    def same(stderr: str) -> str:  # wall times differ from run to run
-        return re.sub(r"\b\d+\.\d+ ?s\b", "N s", stderr.replace(program, "placer"))
+    def same(stderr: str) -> str:  # usage names the program as it was started; wall times differ
+        return re.sub(r"\b\d+\.\d+ ?s\b", "N s", re.sub(r"python\S* -m placer", "placer", stderr))
 
     assert same(inside.stderr) == same(proc.stderr)
+
+
+def test_the_in_process_runner_shows_warnings_restores_a_closed_stdout_and_times_out(monkeypatch) -> None:
+    """What a process would show or do: a warning on stderr (pytest would record it), a stdout the command
+    closed (the test process keeps its own), a command that hangs (fails, as subprocess.run(timeout=) does)."""
+    import time
+    import warnings
+
+    import cli_in_process
+
+    def warns() -> None:
+        warnings.warn("careful", UserWarning, stacklevel=1)
+        sys.stdout.close()
+        raise SystemExit(0)
+
+    monkeypatch.setattr(placer.cli, "main", warns)
+    done = cli_in_process.run("solve")
+    assert done.returncode == 0 and "UserWarning: careful" in done.stderr
+    assert not sys.stdout.closed
+    monkeypatch.setattr(placer.cli, "main", lambda: time.sleep(30))
+    with pytest.raises(cli_in_process.CommandTimedOut):
+        cli_in_process.run("solve", timeout=0.2)

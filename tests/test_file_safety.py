@@ -240,7 +240,7 @@ def test_symlink_to_stdout_is_written_through(
 def test_dash_means_stdout(writer: Writer, record: Path, expected: dict[str, bytes], tmp_path: Path) -> None:
     proc = run(writer.args(Path("-"), record), cwd=tmp_path)
     assert b"Traceback" not in proc.stderr
-    assert list(tmp_path.iterdir()) == []  # no file named '-''
+    assert list(tmp_path.iterdir()) == []  # no file named '-'
     if writer.stdout_free:
         assert proc.returncode == 0, proc.stderr.decode()
         assert proc.stdout == expected[writer.name]

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_in_process import run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_import_cli import run
+from test_cli import run as run_process
 
 from placer.importers.prom import parse_metrics
 from placer.importers.run import ImportOptions, import_cluster
@@ -301,7 +302,7 @@ def test_bad_metrics_exit_2_naming_the_file(tmp_path, content, expected):
 def test_import_with_metrics_is_byte_deterministic(tmp_path):
     args = ["cluster", "import", "--nodes", nodes_json(tmp_path, ["gpu-a", "gpu-b"]), "-q"]
     args += ["--metrics", f"gpu-a={SGLANG}", "--metrics", f"gpu-b={VLLM}", "--metrics", f"gpu-b={DYNAMO_FRONTEND}"]
-    first, second = run(*args), run(*args)
+    first, second = run(*args), run_process(*args)  # two processes: two hash seeds
     assert first.returncode == 0, first.stderr
     assert first.stdout == second.stdout
     doc = yaml.safe_load(first.stdout)

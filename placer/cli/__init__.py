@@ -34,13 +34,14 @@ app.add_typer(cluster.app, name="cluster")
 
 
 def main() -> None:
-    """One command: its exit code as SystemExit. What it read from stdin or a FIFO is forgotten at the end."""
-    from placer.model.load import forget_streams
-
+    """One command: its exit code as SystemExit. What it read from stdin or a FIFO is forgotten at the end
+    (looked up, not imported: ``--help`` should not pay for the input models)."""
     try:
         _command()
     finally:
-        forget_streams()
+        load = sys.modules.get("placer.model.load")
+        if load is not None:
+            load.forget_streams()
 
 
 def _command() -> None:
