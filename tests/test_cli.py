@@ -55,10 +55,15 @@ def user_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PLACER_DEBUG", "PYTHONUNBUFFERED")}
 
 
-def run(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = user_env()
+def run(*args: str | Path, cwd: Path = ROOT, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*placer_cmd(), *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+        [*placer_cmd(), *map(str, args)],
+        cwd=cwd,
+        env=user_env(),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -450,9 +455,7 @@ SAME_IN_PROCESS = [
 def test_the_in_process_runner_gives_what_the_process_gives(args: list[str], stdin: str | None) -> None:
     """Most test modules run the CLI in-process (tests/cli_in_process.py) for speed; that is sound only while
     it gives the exit code and the bytes the real process gives."""
-    proc = subprocess.run(
-        [*placer_cmd(), *args], input=stdin, cwd=ROOT, env=user_env(), capture_output=True, text=True, timeout=120
-    )
+    proc = run(*args, stdin=stdin)
     inside = run_in_process(*args, stdin=stdin)
     assert (inside.returncode, inside.stdout) == (proc.returncode, proc.stdout)
 

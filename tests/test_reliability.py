@@ -14,40 +14,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_in_process import run as run_in_process
+from cli_in_process import run
 from k8s_acceptance import made_pods
-
-import placer
+from test_cli import run as run_process  # the real process: /dev/stdin is its own stdin
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDS = ROOT / "tests" / "data" / "invalid" / "records"
 SPEC = ROOT / "fixtures" / "specs" / "aggregated-tp8.yaml"
 CLUSTER = ROOT / "fixtures" / "clusters" / "small-mixed.yaml"
-
-
-def placer_cmd() -> list[str]:
-    if (Path(placer.__file__).parent / "__main__.py").exists():
-        return [sys.executable, "-m", "placer"]
-    return [str(Path(sys.executable).parent / "placer")]
-
-
-def run(*args: str | Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """The CLI in this process (tests/cli_in_process.py)."""
-    return run_in_process(*args, stdin=stdin)
-
-
-def run_process(*args: str | Path, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The real process: for /dev/stdin, which is the process's own standard input."""
-    env = {k: v for k, v in os.environ.items() if k != "PLACER_DEBUG"}
-    return subprocess.run(
-        [*placer_cmd(), *map(str, args)],
-        cwd=ROOT,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def assert_bad_input(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
