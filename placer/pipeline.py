@@ -16,6 +16,7 @@ from pathlib import Path
 from placer.check.gate import verify_fleet, verify_placement
 from placer.check.verify import Report
 from placer.model.placement import Placement
+from placer.model.running import Running
 from placer.model.spec import ServingTopology
 from placer.solver.autoscale import Decision, Observed, Shape, State, decide, observe, scaled_spec, shape_of
 from placer.solver.problem import Problem
@@ -183,6 +184,7 @@ class FleetSolveResult:
     reports: list[Report]  # per placed deployment, in fleet.placed order
     manifests: list[dict]  # every placed deployment's objects, in the order the specs were given
     notes: list[str]
+    target: str  # the --target the manifests are for (given, or what the --keep manifests were written for)
 
     def yaml(self) -> str:
         from placer.emit.manifests import to_yaml
@@ -251,7 +253,9 @@ def _run_fleet(
     kept: dict = {}
     base = topo
     if keep_paths:
-        plan = plan_keep(load_running(keep_paths), [s for s, _ in given], topo)
+        running = load_running(keep_paths)
+        target = target_for_keep(target, running)
+        plan = plan_keep(running, [s for s, _ in given], topo)
         base, kept = plan.topology, plan.kept
         notes += [
             f"{key}: not kept (gone from the spec, or its shape changed): {', '.join(v)}"
@@ -280,7 +284,7 @@ def _run_fleet(
             manifests += build_manifests(
                 d.spec, base, p.placement, report, target or DEFAULT_TARGET, nccl, target_version
             )
-    return FleetSolveResult(result, base, reports, manifests, notes)
+    return FleetSolveResult(result, base, reports, manifests, notes, target or DEFAULT_TARGET)
 
 
 def run_plan(running, pending, topo: Topology, options: SolveOptions, cut: float | None = None, scoped: bool = True):
@@ -322,6 +326,32 @@ class LongLived:
     def __exit__(self, *_exc) -> None:
         if self.owned:
             gc.unfreeze()
+
+
+def target_for_keep(given: str | None, running: Sequence[Running]) -> str:
+    """The --target for objects that join running ones: the one their manifests were written for, so a
+    scale-out never adds one scheduler's objects beside another's (records and pod lists do not say, so
+    they take ``given`` or the default). A --target given that differs from it is refused."""
+    from placer.emit.targets import DEFAULT_TARGET
+    from placer.model.errors import InputError
+
+    written = {r.target for r in running if r.target is not None}
+    if given is None:
+        if len(written) > 1:
+            which = ", ".join(f"{r.key}: {r.target}" for r in running if r.target is not None)
+            raise InputError(
+                f"--keep: the running manifests were written for different targets ({which}): give --target"
+            )
+        return next(iter(written), DEFAULT_TARGET)
+    other = sorted((r for r in running if r.target not in (None, given)), key=lambda r: r.key)
+    if other:
+        first = other[0]
+        raise InputError(
+            f"--target {given}: {first.key} runs from manifests written for --target {first.target} ({first.source}); "
+            f"the new objects would run beside the old ones under another scheduler. Give -t {first.target}, or "
+            "leave --target out to follow --keep"
+        )
+    return given
 
 
 def _wall_left(options: SolveOptions, started: float) -> SolveOptions:
@@ -377,7 +407,6 @@ def run_autoscale(
     moving what runs (and, with ``allow_moves``, not even re-placing the deployment whole)."""
     from placer.emit.manifests import build_manifests
     from placer.emit.readback import load_running
-    from placer.emit.targets import DEFAULT_TARGET
     from placer.model.errors import InfeasibleError, InputError
     from placer.model.load import load_cluster, load_spec, locate
     from placer.model.running import running_placement
@@ -405,7 +434,7 @@ def run_autoscale(
     decision = decide(spec, shape, observed, state, now)
     progress(f"{key}: {decision.action} {decision.scope} ({decision.reason})".replace(" ()", ""))
     before_spec, after_spec = scaled_spec(spec, shape), scaled_spec(spec, decision.after)
-    emit = {"target": target or DEFAULT_TARGET, "nccl": nccl, "target_version": target_version}
+    emit = {"target": target_for_keep(target, [mine]), "nccl": nccl, "target_version": target_version}
     keep = plan_keep(running, [before_spec], topo)
     before_pl = running_placement(mine, topo.name)
     if mine.stats is not None:  # regenerate the objects as they were printed, solver status included

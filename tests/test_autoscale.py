@@ -279,3 +279,27 @@ def test_a_state_given_as_stdin_is_read_from_stdin() -> None:
     )
     assert_clean_failure(proc, 2)
     assert "--state -:2: not valid JSON" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("target", ["kueue", "grove", "lws"])
+def test_a_scale_out_follows_the_target_the_running_manifests_were_written_for(tmp_path, target):
+    # Manifests of another scheduler beside the running ones would be a second gang nobody schedules together.
+    running = tmp_path / "running.yaml"
+    placed = run("solve", SPEC, DATA / "cluster.yaml", "-q", "-t", target)
+    assert placed.returncode == 0, placed.stderr
+    running.write_text(placed.stdout)
+    step = yaml.safe_load((DATA / "trace.yaml").read_text())[1]
+    cluster = _cluster(tmp_path, step["metrics"], "c.yaml")
+    d = tmp_path / "d.json"
+    proc = run("autoscale", SPEC, cluster, "--keep", running, "--now", "60", "--full", "--decision", d)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(d.read_text())["action"] == "scale-out"
+    new_kinds = {doc["kind"] for doc in _docs(proc.stdout)}
+    old_kinds = {doc["kind"] for doc in _docs(placed.stdout)}
+    assert new_kinds == old_kinds  # the same target's kinds, none of the default's PodGroup added
+    # and every running object is still in the full set, so nothing of the running deployment is pruned
+    assert {_key(doc) for doc in _docs(placed.stdout)} <= {_key(doc) for doc in _docs(proc.stdout)}
+    assert json.loads(d.read_text())["objects"]["prune"] == []
+    other = run("autoscale", SPEC, cluster, "--keep", running, "--now", "60", "-t", "kai")
+    assert_clean_failure(other, 2)
+    assert f"written for --target {target}" in other.stderr and f"-t {target}" in other.stderr

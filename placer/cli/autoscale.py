@@ -64,8 +64,15 @@ def autoscale_command(
         float, typer.Option("--time-limit", min=0.1, help="Work budget in deterministic seconds (as for solve).")
     ] = 30.0,
     target: Annotated[
-        Target, typer.Option("--target", "-t", help="Output flavour (as for solve).")
-    ] = Target.coscheduling,
+        Target | None,
+        typer.Option(
+            "--target",
+            "-t",
+            help="Output flavour (as for solve); default: the one the --keep manifests were written for, else "
+            "coscheduling.",
+            show_default=False,
+        ),
+    ] = None,
     target_version: Annotated[str | None, typer.Option("--target-version", help="As for solve.")] = None,
     nccl: Annotated[bool | None, typer.Option("--nccl/--no-nccl", help="As for solve.", show_default=False)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Nothing on stderr unless something fails.")] = False,
@@ -118,7 +125,7 @@ def autoscale_command(
         previous,
         SolveOptions(time_limit_s=time_limit),
         allow_moves=allow_moves,
-        target=target.value,
+        target=None if target is None else target.value,
         nccl=nccl,
         target_version=target_version,
         progress=say,

@@ -79,14 +79,15 @@ def solve_command(
         ),
     ] = 1,
     target: Annotated[
-        Target,
+        Target | None,
         typer.Option(
             "--target",
             "-t",
             help="Output flavour: coscheduling (default), kai, volcano, kueue, grove, lws, dra, dynamo "
-            "(docs/TARGETS.md).",
+            "(docs/TARGETS.md). With --keep, the default is the target the running manifests were written for.",
+            show_default=False,
         ),
-    ] = Target.coscheduling,
+    ] = None,
     target_version: Annotated[
         str | None,
         typer.Option(
@@ -170,15 +171,11 @@ def solve_command(
     if len(paths) < 2:
         raise InputError("give at least one spec and then the cluster file: placer solve SPEC... CLUSTER")
     *specs, cluster = paths
-    from placer.emit.targets import TOPOLOGY_TARGETS
+    from placer.emit.targets import DEFAULT_TARGET
 
-    if topology_objects is not None and target.value not in TOPOLOGY_TARGETS:
-        from placer.model.errors import InputError
-
-        raise InputError(
-            f"--topology-objects: the {target.value} target refers to no topology object (choose --target "
-            f"{', '.join(TOPOLOGY_TARGETS)})"
-        )
+    chosen = None if target is None else target.value
+    if topology_objects is not None and not keep:
+        _check_topology_target(chosen or DEFAULT_TARGET)  # with --keep, once the target is known
     options = SolveOptions(
         time_limit_s=time_limit, workers=workers, log=stderr_log if verbose else None, wall_limit_s=wall_limit
     )
@@ -190,7 +187,7 @@ def solve_command(
             keep or [],
             placement,
             output,
-            target.value,
+            chosen,
             nccl,
             namespace,
             dry_run,
@@ -207,7 +204,7 @@ def solve_command(
         cluster,
         options,
         progress=say,
-        target=target.value,
+        target=chosen or DEFAULT_TARGET,
         nccl=nccl,
         namespace=namespace,
         target_version=target_version,
@@ -216,11 +213,13 @@ def solve_command(
         from placer.emit.manifests import topology_manifests
 
         r = result
-        docs = topology_manifests([(r.spec, r.placement, r.report)], r.topology, target.value, target_version)
+        docs = topology_manifests(
+            [(r.spec, r.placement, r.report)], r.topology, chosen or DEFAULT_TARGET, target_version
+        )
         if str(topology_objects) == "-":
             r.manifests[:0] = docs
     if dry_run:
-        _print_plan(result, target.value, nccl)
+        _print_plan(result, chosen or DEFAULT_TARGET, nccl)
         say(result.summary(time.perf_counter() - t0))
         return
     text = result.json() if output is OutputFormat.json else result.yaml()
@@ -294,11 +293,13 @@ def _solve_fleet(
         namespace=namespace,
         target_version=target_version,
     )
+    if topology_objects is not None:
+        _check_topology_target(res.target)
     if topology_objects is not None and res.fleet.placed:  # once for the cluster, agreed by every deployment
         from placer.emit.manifests import topology_manifests
 
         placed = [(p.deployment.spec, p.placement, r) for p, r in zip(res.fleet.placed, res.reports, strict=True)]
-        docs = topology_manifests(placed, res.topology, target, target_version)
+        docs = topology_manifests(placed, res.topology, res.target, target_version)
         if str(topology_objects) == "-":
             res.manifests[:0] = docs
     seconds = time.perf_counter() - t0
@@ -318,6 +319,17 @@ def _solve_fleet(
             _console(sys.stderr).print(_fleet_table(res, seconds))
     if res.fleet.unplaced:
         raise typer.Exit(1)
+
+
+def _check_topology_target(target: str) -> None:
+    from placer.emit.targets import TOPOLOGY_TARGETS
+    from placer.model.errors import InputError
+
+    if target not in TOPOLOGY_TARGETS:
+        raise InputError(
+            f"--topology-objects: the {target} target refers to no topology object (choose --target "
+            f"{', '.join(TOPOLOGY_TARGETS)})"
+        )
 
 
 def _fleet_table(res, seconds: float):

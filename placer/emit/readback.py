@@ -337,7 +337,45 @@ def _read(path: Path, docs: list[dict[str, Any]]) -> list[Running]:
             groups[(str(meta.get("namespace") or "default"), _labels(d)["app.kubernetes.io/name"])].append(d)
     if not groups:
         raise InputError(f"{path}: no object carries placer's labels (app.kubernetes.io/managed-by: placer)")
-    return [_from_placed(path, _from_manifests(path, group)) for _key, group in sorted(groups.items())]
+    out = []
+    for _key, group in sorted(groups.items()):
+        running = _from_placed(path, _from_manifests(path, group))
+        running.target = target_of(group)
+        out.append(running)
+    return out
+
+
+# The object that tells each --target's output apart, most specific first: LWS and DRA also write a
+# coscheduling PodGroup; Kueue writes no gang object, only its labels on the pods' templates.
+_SIGNATURES = (
+    ("dynamo", lambda api, kind: kind == "DynamoGraphDeployment"),
+    ("grove", lambda api, kind: kind == "PodCliqueSet"),
+    ("lws", lambda api, kind: kind == "LeaderWorkerSet"),
+    ("dra", lambda api, kind: api.startswith("resource.k8s.io/")),
+    ("kai", lambda api, kind: kind == "PodGroup" and api.startswith("scheduling.run.ai/")),
+    ("volcano", lambda api, kind: kind == "PodGroup" and api.startswith("scheduling.volcano.sh/")),
+    ("coscheduling", lambda api, kind: kind == "PodGroup" and api.startswith("scheduling.x-k8s.io/")),
+)
+
+
+def target_of(docs: list[dict[str, Any]]) -> str | None:
+    """The ``--target`` one deployment's manifests were written for, read off the kinds of its objects;
+    None when they match none (a target placer no longer knows, or objects edited beyond recognition)."""
+    seen = {(str(d.get("apiVersion") or ""), str(d.get("kind") or "")) for d in docs}
+    for target, matches in _SIGNATURES:
+        if any(matches(api, kind) for api, kind in seen):
+            return target
+    if any(str(key).startswith("kueue.x-k8s.io/") for d in docs for key in _pod_template_labels(d)):
+        return "kueue"
+    return None
+
+
+def _pod_template_labels(doc: dict[str, Any]) -> dict[str, Any]:
+    """A Pod's own labels, or those of a workload's pod template (where Kueue's pod-group labels go)."""
+    if doc.get("kind") == "Pod":
+        return _labels(doc)
+    template = _dict(_dict(doc.get("spec")).get("template"))
+    return _dict(_dict(template.get("metadata")).get("labels"))
 
 
 def _from_placed(path: Path, placed) -> Running:
