@@ -151,3 +151,25 @@ def test_readme_explain_excerpt_is_what_placer_prints(tmp_path):
     assert len(excerpt) > 20
     missing = [line for line in excerpt if line.rstrip() not in printed]
     assert not missing, "\n".join(missing)
+
+
+def test_the_header_gives_the_recorded_objective_and_says_when_the_cluster_now_prices_it_otherwise(placed, tmp_path):
+    record, _ = placed
+    recorded = yaml.safe_load(record.read_text())["status"]["objective"]
+    same = run("explain", record, "--cluster", SMALL, "-o", "text", "--no-baselines")
+    assert f"objective {recorded} units (bound " in same.stdout
+    assert f") = {recorded / 100:,.1f} weighted µs" in same.stdout
+    assert "on this cluster file it costs" not in same.stdout
+    cluster = yaml.safe_load(SMALL.read_text())
+    for node in cluster["nodes"]:
+        node["metrics"] = {"queueDepth": 4, "kvCacheHit": 0.1}  # every GPU now queued and cold
+    hot = tmp_path / "hot.yaml"
+    hot.write_text(yaml.safe_dump(cluster))
+    now = json.loads(run("explain", record, "--cluster", hot, "-o", "json", "--no-baselines").stdout)
+    total = now["cost"]["totalUnits"]
+    assert total > recorded and now["solver"]["objective"] == recorded
+    assert f"on this cluster file it costs {total:,} units, not the {recorded:,} it was solved at" in " ".join(
+        now["notes"]
+    )
+    text = run("explain", record, "--cluster", hot, "-o", "text", "--no-baselines").stdout
+    assert f") = {recorded / 100:,.1f} weighted µs" in text  # the objective's, not the table's total

@@ -153,6 +153,11 @@ def explain_placement(
         if router is not None:
             ex.routers.append(router)
     ex.total_units = report.total_units
+    if st.objective is not None and report.total_units != st.objective:
+        ex.notes.append(
+            f"on this cluster file it costs {report.total_units:,} units, not the {st.objective:,} it was solved at "
+            "(its telemetry or links have changed since); the solver's status and bound are for the cluster it saw"
+        )
     w = spec.objective
     parts = [
         ("allReduce", w.all_reduce, sum(c.units for c in report.instances)),

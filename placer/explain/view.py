@@ -94,12 +94,18 @@ def _header(ex: Explanation) -> RenderableType:
     checker = "[green]passed[/]" if not ex.violations else f"[red]{len(ex.violations)} violation(s)[/]"
     lines = [
         f"[bold]{ex.deployment}[/] (namespace {ex.namespace}) on cluster [bold]{ex.cluster}[/]",
-        f"solver: {verdict}; objective {ex.objective} units ({bound}) = "
-        f"{(ex.total_units or 0) / 100:,.1f} weighted µs",
+        f"solver: {verdict}; {_objective(ex, bound)}",
         f"independent checker: {checker}",
     ]
     lines += [f"note: {escape(n)}" for n in ex.notes]
     return Panel("\n".join(lines), title="placement", border_style="cyan")
+
+
+def _objective(ex: Explanation, bound: str) -> str:
+    """The solver's objective as recorded (the cost table below prices the placement on the cluster given)."""
+    if ex.objective is None:
+        return f"no objective recorded ({bound})"
+    return f"objective {ex.objective} units ({bound}) = {ex.objective / 100:,.1f} weighted µs"
 
 
 def _instances(ex: Explanation) -> RenderableType:
