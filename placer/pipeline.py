@@ -419,6 +419,8 @@ def run_autoscale(
     key = f"{spec.metadata.namespace}/{spec.metadata.name}"
     if spec.scaling is None and all(p.scaling is None for p in spec.pools.values()):
         raise InputError(f"{spec_path}: {key} has no scaling policy (scaling, or pools.<name>.scaling)")
+    if state.deployment is not None and state.deployment != key:
+        raise InputError(f"--state: the decision record is of {state.deployment}, not of {key} ({spec_path})")
     cluster = load_cluster(cluster_path)
     try:
         topo = build_topology(cluster)
@@ -432,7 +434,8 @@ def run_autoscale(
     shape = shape_of(mine.instances, spec)
     observed = observe(mine.instances, metrics)
     decision = decide(spec, shape, observed, state, now)
-    progress(f"{key}: {decision.action} {decision.scope} ({decision.reason})".replace(" ()", ""))
+    what = " ".join(part for part in (decision.action, decision.scope) if part)
+    progress(f"{key}: {what} ({decision.reason})".replace(" ()", ""))
     before_spec, after_spec = scaled_spec(spec, shape), scaled_spec(spec, decision.after)
     emit = {"target": target_for_keep(target, [mine]), "nccl": nccl, "target_version": target_version}
     keep = plan_keep(running, [before_spec], topo)

@@ -303,3 +303,41 @@ def test_a_scale_out_follows_the_target_the_running_manifests_were_written_for(t
     other = run("autoscale", SPEC, cluster, "--keep", running, "--now", "60", "-t", "kai")
     assert_clean_failure(other, 2)
     assert f"written for --target {target}" in other.stderr and f"-t {target}" in other.stderr
+
+
+def test_no_telemetry_at_all_is_said_not_read_as_quiet(tmp_path):
+    d = tmp_path / "d.json"
+    proc = run(
+        "autoscale", SPEC, DATA / "cluster.yaml", "--keep", DATA / "running.yaml", "--now", "60", "--decision", d
+    )
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(d.read_text())
+    assert record["action"] == "none" and record["reason"].startswith("no telemetry")
+    assert "serving/chat: none (no telemetry" in proc.stderr
+    quiet = _cluster(tmp_path, {"n3": {"queueDepth": 1, "ttftP90Ms": 500}}, "q.yaml")
+    said = run("autoscale", SPEC, quiet, "--keep", DATA / "running.yaml", "--now", "60", "--decision", d)
+    assert json.loads(d.read_text())["reason"] == "every signal between the scale-in and scale-out lines", said.stderr
+
+
+@pytest.mark.parametrize("now", ["nan", "inf", "-inf", "NaN"])
+def test_now_must_be_a_time(now):
+    proc = run("autoscale", SPEC, DATA / "cluster.yaml", "--keep", DATA / "running.yaml", "--now", now)
+    assert_clean_failure(proc, 2)
+    assert "--now" in proc.stderr
+
+
+def test_a_state_recorded_for_another_deployment_is_refused(tmp_path):
+    step = yaml.safe_load((DATA / "trace.yaml").read_text())[1]
+    cluster = _cluster(tmp_path, step["metrics"], "c.yaml")
+    d = tmp_path / "d.json"
+    first = run("autoscale", SPEC, cluster, "--keep", DATA / "running.yaml", "--now", "60", "--decision", d)
+    assert first.returncode == 0, first.stderr
+    record = json.loads(d.read_text())
+    record["deployment"] = "serving/other"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(record))
+    proc = run("autoscale", SPEC, cluster, "--keep", DATA / "running.yaml", "--now", "120", "--state", other)
+    assert_clean_failure(proc, 2)
+    assert "--state: the decision record is of serving/other, not of serving/chat" in proc.stderr
+    ok = run("autoscale", SPEC, cluster, "--keep", DATA / "running.yaml", "--now", "120", "--state", d)
+    assert ok.returncode == 0, ok.stderr

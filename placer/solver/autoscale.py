@@ -48,6 +48,7 @@ class State:
     at: float | None = None  # the previous decision's now
     last_scale_at: float | None = None  # the deployment's last change (any scope)
     cold_since: Mapping[str, float] = field(default_factory=dict)  # scope -> below the scale-in line since
+    deployment: str | None = None  # namespace/name of the deployment the record decided for
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,8 @@ def _opposite(spec: ServingTopology, a: str, b: str) -> bool:
 
 
 def decide(spec: ServingTopology, shape: Shape, observed: Mapping[str, Observed], state: State, now: float) -> Decision:
-    """One action per call, finest first: a shift (GPU-neutral) before a pool scale-out before a replica
+    """One action per call, finest first: a shift (one instance moved between prefill and decode: no new GPUs
+    when their instances are the same size) before a pool scale-out before a replica
     scale-out; scale-in only when nothing is hot, after ``scaleDownAfter`` below the line, replicas before
     pools. Any scope waits out its ``cooldown`` after the deployment's last change, whatever changed: every
     change moves every pool's load. Bounds are the policies' min/max; a pool never goes below one instance."""
@@ -266,7 +268,13 @@ def decide(spec: ServingTopology, shape: Shape, observed: Mapping[str, Observed]
             else:
                 why = f"cold for {waited[scope]:g}s >= scaleDownAfter {after_s:g}s"
                 return act("scale-in", scope, _with(shape, scope, -1), why)
-    reason = "; ".join(blocked) if blocked else "every signal between the scale-in and scale-out lines"
+    if blocked:
+        reason = "; ".join(blocked)
+    elif not any(o.queue_depth_per_gpu is not None or o.ttft_p90_ms is not None for o in observed.values()):
+        # Not "all is well": a metrics pipeline that stopped reporting must not read as a quiet deployment.
+        reason = "no telemetry: the cluster file reports no queueDepth or ttftP90Ms on this deployment's GPUs"
+    else:
+        reason = "every signal between the scale-in and scale-out lines"
     return Decision("none", "", reason, shape, shape, tuple(sigs), State(now, state.last_scale_at, cold_since))
 
 
@@ -284,9 +292,13 @@ def parse_now(text: str) -> float:
     from placer.model.errors import InputError
 
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise InputError(f"--now: {text!r} is not a time (give seconds since the epoch or an RFC 3339 time)")
+        return seconds
     try:
         stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -313,7 +325,8 @@ def state_of(record: Mapping, source: str, now: float) -> State:
         raise InputError(f"{source}: state.at, state.lastScaleAt and state.coldSince must be finite numbers")
     if at is not None and now < at:
         raise InputError(f"{source}: --now {now:g} is before the previous decision's {at:g}")
-    return State(at, last, cold)
+    deployment = record.get("deployment")
+    return State(at, last, cold, deployment if isinstance(deployment, str) else None)
 
 
 def decision_record(
