@@ -4,6 +4,7 @@ communication in the sizing, and the command's contract (stdout a valid spec, ex
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from pathlib import Path
@@ -266,3 +267,26 @@ def test_the_reasoning_names_what_each_role_reads_from_memory(tmp_path: Path) ->
     lines = proc.stderr.replace("\n", " ")
     assert re.search(r"p90 prefill: compute [^,]+, weights read ", lines), proc.stderr
     assert re.search(r"decode step: compute [^,]+, weights\+KV read ", lines), proc.stderr
+
+
+def test_the_rate_is_split_over_the_replicas_that_fit_not_those_asked(tmp_path: Path) -> None:
+    """Three replicas spread over racks, at least one: the small mixed cluster places two. Each placed replica
+    serves half the rate, so sizing for a third of it (what the spec asks) left both over capacity."""
+    doc = yaml.safe_load((SPECS / "aggregated-tp8.yaml").read_text())
+    doc["model"]["parameters"] = 7.06e10
+    doc |= {"replicas": 3, "minReplicas": 1, "spread": {"level": "rack"}}
+    doc["workload"] = {"requestRate": 7.5, "promptTokens": 1024, "outputTokens": 128}
+    doc["slo"] = {"ttftMs": 2000, "itlMs": 100}
+    spec = tmp_path / "agg3.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    small = CLUSTERS / "small-mixed.yaml"
+    placed = run("solve", spec, small, "-q", "-o", "json")
+    replicas = {d["metadata"]["labels"].get("placer.dev/replica") for d in json.loads(placed.stdout)["items"]}
+    assert len(replicas - {None}) == 2  # two of the three fit
+    proc = run("size", spec, small)
+    assert proc.returncode == 0, proc.stderr
+    said = " ".join(proc.stderr.split())
+    assert "Load per replica: 3.75 req/s" in said  # 7.5 over the two that fit, not 2.5 over three
+    assert "only 2 of 3 replicas fit on this cluster" in said
+    one = yaml.safe_load(proc.stdout)
+    assert one["pools"]["aggregated"]["instances"] >= 2  # one instance serves at most 2.62 req/s there

@@ -67,8 +67,9 @@ def model_cost(spec: ServingTopology) -> roofline.ModelCost:
     )
 
 
-def load_of(spec: ServingTopology) -> roofline.Load:
-    """The load one replica carries, and the targets each role present needs (bad input when missing)."""
+def load_of(spec: ServingTopology, replicas: int | None = None) -> roofline.Load:
+    """The load one replica carries (the rate split over ``replicas``, by default the spec's), and the targets
+    each role present needs (bad input when missing)."""
     w, slo = spec.workload, spec.slo
     if w.request_rate is None:
         raise InputError("workload.requestRate: placer size needs the request rate (requests per second)")
@@ -78,7 +79,7 @@ def load_of(spec: ServingTopology) -> roofline.Load:
     if roles & {"decode", "aggregated"} and slo.itl_ms is None:
         raise InputError("slo.itlMs: placer size needs an ITL target to size decode or aggregated pools")
     return roofline.Load(
-        rate=w.request_rate / spec.replicas,
+        rate=w.request_rate / (replicas or spec.replicas),
         prompt_mean=w.prompt_tokens,
         prompt_p90=w.prompt_p90,
         output_mean=w.output_tokens,
@@ -145,6 +146,14 @@ def size_spec(
     rounds = 0
     for rounds in range(1, MAX_ROUNDS + 1):
         current, placement, report = placed
+        serving = _serving_replicas(spec, current, placement)
+        load = load_of(spec, serving)
+        if serving < spec.replicas:
+            fewer = (
+                f"only {serving} of {spec.replicas} replicas fit on this cluster, so the router splits "
+                f"{spec.workload.request_rate:g} req/s over {serving}: {load.rate:g} each"
+            )
+            notes[:] = [n for n in notes if not n.startswith("only ")] + [fewer]
         results = _size_pools(current, topo, placement, report, load, model, efficiency)
         failed = [r for r in results if r.sizing.instances is None]
         if failed:
@@ -171,6 +180,12 @@ def size_spec(
     else:
         notes.append(f"the counts still changed after {MAX_ROUNDS} rounds; the last round's are written")
     return SizeResult(with_counts(spec, counts), load, model, efficiency, results, rounds, notes)
+
+
+def _serving_replicas(spec: ServingTopology, current: ServingTopology, placement: Placement) -> int:
+    """The replicas that carry the rate: those placed (minReplicas lets fewer than asked fit), except for the
+    one-replica stand-in placed only for its link figures when the spec as written does not fit."""
+    return len(placement.replicas) if current.replicas == spec.replicas else spec.replicas
 
 
 def _counts_text(counts: dict[str, int]) -> str:
