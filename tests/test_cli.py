@@ -252,6 +252,23 @@ def test_validate_good_inputs(spec: str, cluster: str) -> None:
     assert f"{CLUSTERS / cluster}: Cluster" in proc.stderr
 
 
+def test_validate_fails_a_gpu_selector_that_matches_no_node(tmp_path: Path) -> None:
+    """An H100 80GB imported from GPU Feature Discovery has 79.65 GiB: a spec asking 80 is valid, the cluster
+    is valid, and nothing can ever be placed. validate said "0 candidate place(s)" and exited 0."""
+    doc = yaml.safe_load((SPECS / "aggregated-tp8.yaml").read_text())
+    doc["pools"]["aggregated"]["gpu"] = {"minMemoryGiB": 100}
+    spec = tmp_path / "big.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    proc = run_in_process("validate", spec, SMALL)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    assert f"error: {spec}: pools.aggregated: no schedulable node has GPUs of at least 100 GiB; this cluster has" in (
+        proc.stderr
+    )
+    solved = run_in_process("solve", spec, SMALL)
+    assert solved.returncode == 1  # what solve would say on any state of this cluster
+
+
 def test_schema_matches_the_committed_files(tmp_path: Path) -> None:
     proc = run("schema")
     assert proc.returncode == 0, proc.stderr

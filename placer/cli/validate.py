@@ -20,10 +20,12 @@ def validate_command(
     ],
 ) -> None:
     """Validate the specs, the cluster file and their consistency (selectors, packing levels); exit 2 on bad
-    input. Takes what ``placer solve`` takes, so a batch is checked before it is solved."""
+    input, 1 when a pool's GPU selector matches no node of the cluster (nothing could ever be placed).
+    Takes what 'placer solve' takes, so a batch is checked before it is solved."""
     from placer.model.errors import InputError
     from placer.model.load import check_stdin_once, load_cluster, load_specs, locate
     from placer.pipeline import build_inputs
+    from placer.solver.conflicts import no_matching_gpus
     from placer.solver.fleet import check_unique_keys
     from placer.solver.problem import build_problem
 
@@ -55,7 +57,13 @@ def validate_command(
         f"{len(topo.domains)} domains)",
         file=sys.stderr,
     )
-    for spec, _source, problem in checked:
+    unmatched = []
+    for spec, source, problem in checked:
         prefix = f"{spec.metadata.namespace}/{spec.metadata.name} " if len(checked) > 1 else ""
         for name, plan in problem.pools.items():
             print(f"  {prefix}pool {name}: {len(plan.candidates)} candidate place(s) per instance", file=sys.stderr)
+            if not plan.eligible:
+                unmatched.append(f"{source}: pools.{no_matching_gpus(problem, name)}")
+    if unmatched:  # valid files that can never go together: solve would exit 1 on any state of this cluster
+        print("\n".join(f"error: {line}" for line in unmatched), file=sys.stderr)
+        raise typer.Exit(1)

@@ -323,7 +323,7 @@ def single_rule_conflicts(problem: Problem) -> list[Conflict]:
         need = plan.size * plan.instances * problem.min_replicas
         total_need += need
         if not plan.eligible:
-            out.append(Conflict(f"pools.{name}.gpu", _no_matching_gpus(problem, name), f"change pools.{name}.gpu"))
+            out.append(Conflict(f"pools.{name}.gpu", no_matching_gpus(problem, name), f"change pools.{name}.gpu"))
             continue
         if need > free:
             out.append(
@@ -408,7 +408,7 @@ def _spread_conflict(problem: Problem, nodes: frozenset[int]) -> Conflict | None
     )
 
 
-def _no_matching_gpus(problem: Problem, name: str) -> str:
+def no_matching_gpus(problem: Problem, name: str) -> str:
     """What the selector asks for, in the spec's words, and what the cluster's schedulable nodes have."""
     product, memory = problem.pools[name].selector
     asked = " with ".join(
