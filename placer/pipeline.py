@@ -107,7 +107,7 @@ def run_solve(
     t = started = time.perf_counter()
     spec = load_spec(spec_path)
     if namespace is not None:
-        spec = spec.model_copy(update={"metadata": spec.metadata.model_copy(update={"namespace": namespace})})
+        spec = in_namespace(spec, namespace)
     cluster = load_cluster(cluster_path)
     times["load"] = time.perf_counter() - t
     topo, problem = build_inputs(spec_path, spec, cluster_path, cluster, times)
@@ -240,10 +240,7 @@ def _run_fleet(
     started = time.perf_counter()
     given = [item for p in spec_paths for item in load_specs(p)]
     if namespace is not None:
-        given = [
-            (s.model_copy(update={"metadata": s.metadata.model_copy(update={"namespace": namespace})}), src)
-            for s, src in given
-        ]
+        given = [(in_namespace(s, namespace), src) for s, src in given]
     cluster = load_cluster(cluster_path)
     try:
         topo = build_topology(cluster)
@@ -328,6 +325,12 @@ class LongLived:
             gc.unfreeze()
 
 
+def in_namespace(spec: ServingTopology, namespace: str) -> ServingTopology:
+    """``--namespace``: the spec with its namespace replaced, so objects, records and the spec annotation all
+    carry it."""
+    return spec.model_copy(update={"metadata": spec.metadata.model_copy(update={"namespace": namespace})})
+
+
 def target_for_keep(given: str | None, running: Sequence[Running]) -> str:
     """The --target for objects that join running ones: the one their manifests were written for, so a
     scale-out never adds one scheduler's objects beside another's (records and pod lists do not say, so
@@ -400,6 +403,7 @@ def run_autoscale(
     nccl: bool | None = None,
     target_version: str | None = None,
     progress: Callable[[str], None] = lambda _m: None,
+    namespace: str | None = None,
 ) -> AutoscaleResult:
     """Decide (placer.solver.autoscale.decide) on the telemetry of the cluster file, then place what the
     decision adds with the ``--keep`` machinery: running instances pinned, new ones placed next to them,
@@ -416,6 +420,8 @@ def run_autoscale(
 
     started = time.perf_counter()
     spec = load_spec(spec_path)
+    if namespace is not None:  # as solve -n placed it
+        spec = in_namespace(spec, namespace)
     key = f"{spec.metadata.namespace}/{spec.metadata.name}"
     if spec.scaling is None and all(p.scaling is None for p in spec.pools.values()):
         raise InputError(f"{spec_path}: {key} has no scaling policy (scaling, or pools.<name>.scaling)")

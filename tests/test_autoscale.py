@@ -341,3 +341,22 @@ def test_a_state_recorded_for_another_deployment_is_refused(tmp_path):
     assert "--state: the decision record is of serving/other, not of serving/chat" in proc.stderr
     ok = run("autoscale", SPEC, cluster, "--keep", DATA / "running.yaml", "--now", "120", "--state", d)
     assert ok.returncode == 0, ok.stderr
+
+
+def test_a_deployment_placed_in_another_namespace_is_scaled_there(tmp_path):
+    """solve -n team-b placed it in team-b: autoscale -n team-b finds it and writes its objects there."""
+    placed = tmp_path / "ns.yaml"
+    first = run("solve", SPEC, DATA / "cluster.yaml", "-q", "-n", "team-b", "--placement", placed)
+    assert first.returncode == 0, first.stderr
+    step = yaml.safe_load((DATA / "trace.yaml").read_text())[1]
+    cluster = _cluster(tmp_path, step["metrics"], "c.yaml")
+    without = run("autoscale", SPEC, cluster, "--keep", placed, "--now", "60")
+    assert_clean_failure(without, 2)
+    assert "nothing of serving/chat runs there" in without.stderr
+    proc = run("autoscale", SPEC, cluster, "--keep", placed, "--now", "60", "-n", "team-b")
+    assert proc.returncode == 0, proc.stderr
+    docs = _docs(proc.stdout)
+    assert docs and {d["metadata"]["namespace"] for d in docs} == {"team-b"}
+    assert "team-b/chat: scale-out pool/prefill" in proc.stderr
+    bad = run("autoscale", SPEC, cluster, "--keep", placed, "--now", "60", "-n", "Team_B")
+    assert_clean_failure(bad, 2)

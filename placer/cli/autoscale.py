@@ -75,6 +75,10 @@ def autoscale_command(
     ] = None,
     target_version: Annotated[str | None, typer.Option("--target-version", help="As for solve.")] = None,
     nccl: Annotated[bool | None, typer.Option("--nccl/--no-nccl", help="As for solve.", show_default=False)] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", "-n", help="The namespace the deployment was placed in (as solve -n gave it)."),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Nothing on stderr unless something fails.")] = False,
 ) -> None:
     """Scale out, scale in, shift an instance between prefill and decode, or do nothing.
@@ -106,6 +110,9 @@ def autoscale_command(
     for path, option in ((decision, "--decision"), (placement, "--placement")):
         if path is not None:
             check_output(path, option, inputs, stdout_busy="the manifests")
+    from placer.model.k8s import check_namespace_option
+
+    check_namespace_option(namespace)
     say = (lambda _m: None) if quiet else (lambda m: print(m, file=sys.stderr))
     when = parse_now(now)
     previous = State()
@@ -128,6 +135,7 @@ def autoscale_command(
         target=None if target is None else target.value,
         nccl=nccl,
         target_version=target_version,
+        namespace=namespace,
         progress=say,
     )
     record = result.record()

@@ -160,13 +160,9 @@ def solve_command(
         check_output(placement, "--placement", inputs, stdout_busy=busy)
     if topology_objects is not None:
         check_output(topology_objects, "--topology-objects", [*inputs, *([placement] if placement else [])])
-    if namespace is not None:
-        from placer.model import k8s
+    from placer.model.k8s import check_namespace_option
 
-        try:
-            k8s.check_dns_label(namespace, "--namespace")
-        except ValueError as exc:
-            raise InputError(str(exc)) from None
+    check_namespace_option(namespace)
     say = (lambda _m: None) if quiet else (lambda m: print(m, file=sys.stderr))
     if len(paths) < 2:
         raise InputError("give at least one spec and then the cluster file: placer solve SPEC... CLUSTER")

@@ -51,6 +51,17 @@ def check_dns_label(value: str, what: str = "name", max_len: int = 63) -> str:
     return value
 
 
+def check_namespace_option(namespace: str | None) -> None:
+    """``--namespace`` of solve and autoscale: a DNS label, else bad input (exit 2)."""
+    from placer.model.errors import InputError
+
+    if namespace is not None:
+        try:
+            check_dns_label(namespace, "--namespace")
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+
+
 def check_label_key(key: str) -> str:
     prefix, _, name = key.rpartition("/")
     if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix)):
