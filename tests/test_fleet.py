@@ -353,6 +353,10 @@ def test_plan_on_the_fixture_batch_frees_a_leaf_with_one_move(tmp_path):
     five = tmp_path / "five.yaml"
     five.write_text(yaml.safe_dump(doc))
     assert run("solve", str(five), str(DGX), "--keep", str(running), "-q").returncode == 1
+    doc["replicas"] = 4  # README: "four do"
+    four = tmp_path / "four.yaml"
+    four.write_text(yaml.safe_dump(doc))
+    assert run("solve", str(four), str(DGX), "--keep", str(running), "-q").returncode == 0
     after = tmp_path / "after.yaml"
     r = run("plan", "--from", str(running), str(five), str(DGX), "--placement", str(after), "-q")
     assert r.returncode == 0, r.stderr
