@@ -290,6 +290,8 @@ def test_hint_file_and_matrix_for_one_node_complement_each_other() -> None:
     assert result.report.conflicts == []
     cls = result.document["nodeClasses"]["nvidia-a100-sxm4-40gb-x8"]
     assert (cls["interconnect"], cls["nvlinkGBps"], cls["gpus"][0]["memoryGiB"]) == ("nvlink", 600.0, 40.0)
+    # The bus ids are the hint file's (topo -m has none): the summary credits them to it, not to the matrix.
+    assert result.report.provenance["gpuIds"] == {f"{SAMPLES / 'aws-p4d-24xl-topo.xml'} (bus ids)": 1}
 
 
 def test_aws_instance_topology_alone_and_matched_through_provider_ids(tmp_path: Path) -> None:

@@ -71,6 +71,7 @@ class NodeHardware:
     nics: tuple[NicInfo, ...] = ()
     nvlink_known: bool = True  # False for NCCL hint files, which do not say
     notes: tuple[Note, ...] = field(default=())
+    bus_ids_from: str = ""  # the file the GPUs' bus ids came from, where another one gave them (else source)
 
     def link(self, a: int, b: int) -> str:
         """Link code between GPU indices ``a`` and ``b`` as a modern driver prints it."""

@@ -216,7 +216,8 @@ def _complement(new: hw.NodeHardware, old: hw.NodeHardware) -> hw.NodeHardware:
         replace(g, device_id=g.device_id or o.device_id, sm=g.sm or o.sm, bus_id=g.bus_id or o.bus_id)
         for g, o in zip(new.gpus, old.gpus, strict=True)
     )
-    return replace(new, gpus=gpus)
+    kept = any(o.bus_id and not g.bus_id for g, o in zip(new.gpus, old.gpus, strict=True))
+    return replace(new, gpus=gpus, bus_ids_from=(old.bus_ids_from or old.source) if kept else new.bus_ids_from)
 
 
 def _hardware_differs(a: hw.NodeHardware, b: hw.NodeHardware) -> bool:

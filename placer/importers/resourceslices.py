@@ -243,7 +243,7 @@ def gpu_ids(
                 entries[g.index] = {"index": g.index, "pciBusID": bus}
         if entries:
             out[name] = entries
-            key = f"{hardware.source} (bus ids)"
+            key = f"{hardware.bus_ids_from or hardware.source} (bus ids)"
             origin[key] = origin.get(key, 0) + 1
     if slices is not None:
         for node, ids in slices.by_node().items():
