@@ -290,3 +290,11 @@ def test_the_rate_is_split_over_the_replicas_that_fit_not_those_asked(tmp_path: 
     assert "only 2 of 3 replicas fit on this cluster" in said
     one = yaml.safe_load(proc.stdout)
     assert one["pools"]["aggregated"]["instances"] >= 2  # one instance serves at most 2.62 req/s there
+
+
+def test_quiet_prints_nothing_on_stderr_and_the_same_spec(tmp_path: Path) -> None:
+    spec = _write(tmp_path, _disagg({}))
+    loud, quiet = run("size", spec, DGX), run("size", spec, DGX, "-q")
+    assert loud.returncode == quiet.returncode == 0
+    assert loud.stderr and quiet.stderr == ""
+    assert quiet.stdout == loud.stdout

@@ -83,17 +83,19 @@ def autoscale_command(
 ) -> None:
     """Scale out, scale in, shift an instance between prefill and decode, or do nothing.
 
-    stdout: the new and changed objects only (empty when nothing changes); the objects to delete are listed
-    in the decision record (objects.prune) and on stderr. Exit 0 with a decision (also "none"), 1 when the
+    stdout: the new and changed objects only (empty when nothing changes);
+    the objects to delete are listed in the decision record (objects.prune)
+    and on stderr. Exit 0 with a decision (also "none"), 1 when the
     scale-out cannot be placed, 2 on bad input.
 
-    Examples:
+    Examples (T: seconds since the epoch or an RFC 3339 time):
 
-      placer autoscale spec.yaml cluster.yaml --keep running.yaml --now 2025-06-01T12:00:00Z \\
-        --state last.json --decision next.json --placement next.yaml | kubectl apply -f -
+      placer autoscale spec.yaml cluster.yaml --keep run.yaml --now T > new.yaml
 
-      placer autoscale spec.yaml cluster.yaml --keep running.yaml --now 1748779200 --full \\
-        | KUBECTL_APPLYSET=true kubectl apply --prune --applyset=configmap/placer-NAME -n NS -f -
+      placer autoscale spec.yaml cluster.yaml --keep run.yaml --now T --full
+
+    --state last.json --decision next.json carry the cooldowns from one call
+    to the next; README.md shows the whole apply-and-prune loop.
     """
     import json
 

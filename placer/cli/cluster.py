@@ -24,9 +24,11 @@ def generate_command(
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write here (atomically) instead of stdout.")] = None,
 ) -> None:
-    """Generate a cluster file, e.g. the 10,000-GPU benchmark cluster:
+    """Generate a synthetic cluster file (DGX H100, GB200 NVL72 or mixed racks), as the benchmarks use.
 
-    placer cluster generate --style dgx-h100 --gpus 10000 --seed 1 -o dgx-10k.yaml
+    The 10,000-GPU benchmark cluster:
+
+      placer cluster generate --style dgx-h100 --gpus 10000 --seed 1 -o dgx-10k.yaml
     """
     from placer.emit.files import check_output
     from placer.model.errors import InputError

@@ -65,7 +65,7 @@ def explain_command(
 
     Examples:
 
-      placer solve spec.yaml cluster.yaml --placement placed.yaml | kubectl apply -f -
+      placer solve spec.yaml cluster.yaml --placement placed.yaml > objects.yaml
 
       placer explain placed.yaml --cluster cluster.yaml
 

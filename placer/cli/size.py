@@ -19,6 +19,7 @@ def size_command(
     ] = 10.0,
     mfu: Annotated[float, typer.Option("--mfu", help="Prefill FLOP/s utilisation (0-1].")] = 0.5,
     mbu: Annotated[float, typer.Option("--mbu", help="Decode bandwidth utilisation (0-1].")] = 0.6,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Nothing on stderr unless something fails.")] = False,
 ) -> None:
     """Size the pools for the SLO; exit 1 when no count meets it, 2 on bad input."""
     import sys
@@ -44,12 +45,14 @@ def size_command(
     err = Console(file=sys.stderr, width=None if sys.stderr.isatty() else 160, highlight=False)
     options = SolveOptions(time_limit_s=time_limit, explain=False)
     try:
-        result = size_spec(s, topo, place, options, efficiency, progress=lambda m: err.print(m, markup=False))
+        say = (lambda _m: None) if quiet else (lambda m: err.print(m, markup=False))
+        result = size_spec(s, topo, place, options, efficiency, progress=say)
     except InputError as exc:
         from placer.model.load import locate
 
         raise locate(spec, exc) from None
-    err.print(table(result))
-    for line in reasoning(result):
-        err.print(line)
+    if not quiet:
+        err.print(table(result))
+        for line in reasoning(result):
+            err.print(line)
     write_output(output, spec_text(result.spec), "--output", [spec, cluster])

@@ -131,16 +131,17 @@ def solve_command(
 ) -> None:
     """Solve for an atomic, cost-minimal placement and print Kubernetes manifests.
 
-    With several specs, each deployment is placed whole or not at all, higher scheduling.priority first;
-    the placed ones are printed and the exit code is 1 if any was left out (stderr says why).
+    With several specs, each deployment is placed whole or not at all, higher
+    scheduling.priority first; the placed ones are printed and the exit code
+    is 1 if any was left out (stderr says why).
 
     Examples:
 
       placer solve spec.yaml cluster.yaml | kubectl apply -f -
 
-      placer solve specs/ cluster.yaml --placement running.yaml | kubectl apply -f -
+      placer solve specs/ cluster.yaml --placement running.yaml > objects.yaml
 
-      placer solve specs/ cluster.yaml --keep running.yaml    # scale out: move nothing that runs
+      placer solve specs/ cluster.yaml --keep running.yaml   # move nothing
 
       placer solve spec.yaml cluster.yaml --target kai -n serving | kubectl apply -f -
 
