@@ -566,3 +566,21 @@ def test_distinct_node_groups_is_the_most_instances_a_search_finds(slots: list[i
         return best
 
     assert _distinct_node_groups(slots, nodes) == most(tuple(sorted(slots)))
+
+
+def test_why_not_packing_offers_the_fewer_replicas_a_solve_confirms():
+    """The large spec asks 4 replicas (32 TP8 prefill groups) on the 1,024-GPU fixture, where 24 fit: that
+    packs 3 replicas' prefill, but the decode pools' leaf rule then binds; 2 is what a solve confirms. Only
+    "free 1 more GPU ... for one more group" was offered, which cannot make it fit."""
+    spec = load_spec(SPECS / "llama-70b-large.yaml")
+    topo = build_topology(load_cluster(CLUSTERS / "dgx-h100-1024.yaml"))
+    (c,) = explain_infeasible(build_problem(spec, topo))
+    assert c.rule == "pools.prefill.placement.required" and "only 24 such groups fit" in c.message
+    assert c.relax is not None and c.relax.startswith("lower minReplicas to 2; or ")
+    for k, fits in ((2, True), (3, False)):
+        fewer = build_problem(spec.model_copy(update={"min_replicas": k}), topo)
+        try:
+            placed = solve(fewer, SolveOptions(time_limit_s=20))
+        except InfeasibleError:
+            placed = None
+        assert (placed is not None) is fits

@@ -43,7 +43,25 @@ def explain_infeasible(problem: Problem, seconds: float = 20.0) -> list[Conflict
     # solving (at 10k GPUs one feasibility solve can take seconds), and the same input names the same rules.
     budget = Budget(seconds, WALL_FACTOR * seconds + WALL_SLACK_S)
     found = single_rule_conflicts(problem) or deletion_filter(problem, budget)
-    return [_with_relaxation(problem, c, budget) for c in found]
+    return [_fewer_replicas(problem, _with_relaxation(problem, c, budget), budget) for c in found]
+
+
+def _fewer_replicas(problem: Problem, c: Conflict, budget: Budget) -> Conflict:
+    """A pool that cannot be packed for minReplicas replicas may fit for fewer: the most replicas its
+    packing allows, and below, until a solve confirms the whole spec fits with them (other rules may bind
+    first, so the count alone is not offered)."""
+    name = c.rule.removeprefix("pools.").removesuffix(".placement.required")
+    if name not in problem.pools or c.rule != f"pools.{name}.placement.required":
+        return c
+    plan = problem.pools[name]
+    most = groups_that_fit(problem, name, plan.required)[0] // max(1, plan.instances)
+    for k in range(min(most, problem.spec.replicas_floor - 1), 0, -1):
+        fits = _feasible(_with(problem.spec, "minReplicas", k), problem, budget)
+        if fits is None:
+            break  # out of time: offer nothing unverified
+        if fits:
+            return replace(c, relax="; or ".join(r for r in (f"lower minReplicas to {k}", c.relax) if r))
+    return c
 
 
 def _with_relaxation(problem: Problem, c: Conflict, budget: Budget) -> Conflict:
