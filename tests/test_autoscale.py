@@ -360,3 +360,25 @@ def test_a_deployment_placed_in_another_namespace_is_scaled_there(tmp_path):
     assert "team-b/chat: scale-out pool/prefill" in proc.stderr
     bad = run("autoscale", SPEC, cluster, "--keep", placed, "--now", "60", "-n", "Team_B")
     assert_clean_failure(bad, 2)
+
+
+def test_a_scale_out_with_no_room_left_does_not_blame_a_healthy_instance(tmp_path):
+    """After prefill's scale-out n3 is full, and n1 and n2 are busy: decode's scale-out has nowhere to go.
+    The running decode-0 was said to break the spec's placement rules, which it keeps."""
+    step = yaml.safe_load((DATA / "trace.yaml").read_text())[1]
+    first, d1 = tmp_path / "p1.yaml", tmp_path / "d1.json"
+    out = run(
+        "autoscale", SPEC, _cluster(tmp_path, step["metrics"], "c1.yaml"), "--keep", DATA / "running.yaml",
+        "--now", "60", "--placement", first, "--decision", d1,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    full = _cluster(
+        tmp_path,
+        {"n3": {"queueDepth": 9, "ttftP90Ms": 990}},
+        "full.yaml",
+        busy={"n1": list(range(8)), "n2": list(range(8))},
+    )
+    proc = run("autoscale", SPEC, full, "--keep", first, "--now", "1000", "--state", d1)
+    assert_clean_failure(proc, 1)
+    assert "breaks the spec's placement rules" not in proc.stderr
+    assert "has no room around it for the rest of its replica as scaled" in proc.stderr

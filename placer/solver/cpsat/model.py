@@ -298,6 +298,19 @@ class PlacementModel:
         return best
 
     # --- what already runs ---------------------------------------------------------------------------
+    def _crowded(self, pool: str, ci: int) -> str:
+        """Why a running instance's own place is not among its replica's choices: the replica-level rules
+        whose domains around it have no room for the whole replica (its new instances among them)."""
+        ups = set(self.topo.ancestors(self.problem.pools[pool].candidates[ci].domain))
+        rules = [
+            c.rule
+            for c in self.problem.colocations
+            if pool in c.pools and not any(k.domain in ups for k in c.containers)
+        ]
+        if not rules:
+            return "has no GPUs left for it where it is"
+        return f"has no room around it for the rest of its replica as scaled ({'; '.join(rules)})"
+
     def _kept_instances(self) -> None:
         """Running instances (problem.kept) keep their replica placed. Hard: each stays on its candidate
         and nodes, its GPUs charged to the sockets they sit in too (the decoder gives it back exactly
@@ -321,8 +334,11 @@ class PlacementModel:
             lits = v.choice[key]
             what = f"running {pool}-{i} of replica {k} ({_pods_text(inst)})"
             nodes = [topo.node_by_name(p.node).index for p in inst.pods]
-            if ci is None or ci not in lits:
+            if ci is None:
                 self._cannot_stay(f"{what} breaks the spec's placement rules where it is")
+                continue
+            if ci not in lits:  # a rule it keeps, but no domain around it has room for the rest of its replica
+                self._cannot_stay(f"{what} {self._crowded(pool, ci)}")
                 continue
             cand = plan.candidates[ci]
             if plan.multi_node:
