@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 from cli_in_process import run as run_in_process
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from k8s_acceptance import made_pods
 
 import placer
@@ -502,3 +504,37 @@ def test_the_in_process_runner_shows_warnings_restores_a_closed_stdout_and_times
     monkeypatch.setattr(placer.cli, "main", lambda: time.sleep(30))
     with pytest.raises(cli_in_process.CommandTimedOut):
         cli_in_process.run("solve", timeout=0.2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    name=st.text(alphabet="ab9-", min_size=1, max_size=44),
+    pool=st.text(alphabet="ab9-", min_size=1, max_size=15),
+)
+def test_the_schema_names_what_the_loader_accepts(name: str, pool: str) -> None:
+    """schemas/ now carries the name rules the loader enforces (metadata.name a DNS-1035 label of at most 40
+    characters; pool names DNS labels of at most 12 not ending in -<number>): an editor that validates with
+    the schema refuses exactly what placer refuses."""
+    from pydantic import ValidationError
+
+    from placer.model.spec import ServingTopology
+
+    schema = json.loads((ROOT / "schemas" / "servingtopology.schema.json").read_text())
+    meta = schema["$defs"]["Metadata"]["properties"]["name"]
+    names = schema["properties"]["pools"]["propertyNames"]
+    doc = yaml.safe_load((SPECS / "aggregated-tp8.yaml").read_text())
+    doc["metadata"]["name"] = name
+    doc["pools"] = {pool: doc["pools"]["aggregated"] | {"role": "aggregated"}}
+    doc.pop("router", None)
+    try:
+        ServingTopology.model_validate(doc)
+        accepted = True
+    except ValidationError:
+        accepted = False
+    by_schema = (
+        len(name) <= meta["maxLength"]
+        and re.search(meta["pattern"], name) is not None
+        and len(pool) <= names["maxLength"]
+        and re.search(names["pattern"], pool) is not None
+    )
+    assert accepted == by_schema

@@ -39,7 +39,11 @@ class _Model(BaseModel):
 
 
 class Metadata(_Model):
-    name: str = Field(description="DNS-1035 label (starts with a letter); prefixes every emitted object's name.")
+    name: str = Field(
+        description="DNS-1035 label (starts with a letter), at most 40 characters; prefixes every emitted object's "
+        "name.",
+        json_schema_extra={"maxLength": 40, "pattern": "^[a-z]([-a-z0-9]*[a-z0-9])?$"},
+    )
     namespace: str = "default"
 
     @field_validator("name")
@@ -529,7 +533,17 @@ class ServingTopology(_Model):
     metadata: Metadata
     model: ModelShape
     workload: Workload = Field(default_factory=Workload)
-    pools: Annotated[dict[str, Pool], Field(min_length=1, max_length=16)]
+    pools: Annotated[
+        dict[str, Pool],
+        Field(
+            min_length=1,
+            max_length=16,
+            # object names append -<instance>[-<pod>] to the pool's: a DNS label of at most 12, no -<number> end
+            json_schema_extra={
+                "propertyNames": {"maxLength": 12, "pattern": "^(?!.*-[0-9]+$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$"}
+            },
+        ),
+    ]
     transfer: Transfer | None = None
     router: Router | None = None
     replicas: Int = Field(default=1, ge=1, le=1024)
