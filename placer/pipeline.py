@@ -83,7 +83,24 @@ class SolveResult:
             f"in {wall_s:.2f}s"
         ]
         lines += [f"note: {n}" for n in st.notes]
+        lines += self._slo_warnings()
         return "\n".join(lines)
+
+    def _slo_warnings(self) -> list[str]:
+        """An SLO the links alone already break: the placement is still the best there is, so this is no
+        failure, but a run that looked clean must not hide it (placer explain shows every budget's split)."""
+        slo = self.spec.slo
+        if slo.ttft_ms is None and slo.itl_ms is None:
+            return []
+        from placer.explain.explanation import explain_placement
+
+        checks = explain_placement(self.spec, self.topology, self.placement).slos
+        return [
+            f"warning: slo.{c.name}Ms {c.target_ms:g} ms: communication alone takes {c.communication_ms:.1f} ms of it "
+            f"({c.what}; placer explain shows the split)"
+            for c in checks
+            if not c.ok
+        ]
 
 
 def run_solve(

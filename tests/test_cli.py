@@ -538,3 +538,21 @@ def test_the_schema_names_what_the_loader_accepts(name: str, pool: str) -> None:
         and re.search(names["pattern"], pool) is not None
     )
     assert accepted == by_schema
+
+
+def test_solve_warns_when_communication_alone_breaks_the_slo(tmp_path: Path) -> None:
+    """DESIGN says solve checks the SLO's communication share; it printed nothing and exited 0 silently."""
+    doc = yaml.safe_load(DISAGG.read_text())
+    doc["slo"] = {"ttftMs": 10, "itlMs": 1}
+    tight = tmp_path / "tight.yaml"
+    tight.write_text(yaml.safe_dump(doc))
+    proc = run_in_process("solve", tight, CLUSTERS / "dgx-h100-1024.yaml")
+    assert proc.returncode == 0, proc.stderr  # still the best placement there is
+    assert "warning: slo.ttftMs 10 ms: communication alone takes" in proc.stderr
+    assert "warning: slo.itlMs 1 ms: communication alone takes" in proc.stderr
+    doc["slo"] = {"ttftMs": 2000, "itlMs": 100}
+    tight.write_text(yaml.safe_dump(doc))
+    easy = run_in_process("solve", tight, CLUSTERS / "dgx-h100-1024.yaml")
+    assert easy.returncode == 0 and "warning: slo" not in easy.stderr
+    quiet = run_in_process("solve", tight, CLUSTERS / "dgx-h100-1024.yaml", "-q")
+    assert quiet.stderr == ""
