@@ -173,3 +173,9 @@ def test_the_header_gives_the_recorded_objective_and_says_when_the_cluster_now_p
     )
     text = run("explain", record, "--cluster", hot, "-o", "text", "--no-baselines").stdout
     assert f") = {recorded / 100:,.1f} weighted µs" in text  # the objective's, not the table's total
+
+
+def test_why_not_on_a_directory_says_it_takes_one_spec():
+    done = run("explain", "--why-not", SPECS, SMALL)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "--why-not explains one spec" in done.stderr and "Traceback" not in done.stderr

@@ -88,6 +88,8 @@ def explain_command(
         check_output(svg, "--svg", [placed, cluster_path], stdout_busy=busy)
     if why_not and deployment is not None:
         raise InputError("explain: --deployment picks one deployment of placed output; --why-not takes a spec")
+    if why_not and placed.is_dir():
+        raise InputError(f"--why-not {placed}: a directory; --why-not explains one spec (give its file)")
     if why_not:
         _why_not(placed, cluster_path, output, svg, baselines, time_limit)
     else:
