@@ -169,7 +169,7 @@ def import_command(
 
 @app.command("show")
 def show_command(
-    cluster: Annotated[Path, typer.Argument(help="Cluster file (YAML).")],
+    cluster: Annotated[Path, typer.Argument(metavar="CLUSTER", help="Cluster file (YAML).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON instead of tables.")] = False,
 ) -> None:
     """Summarise a cluster file on stdout: nodes, GPUs, node classes, domains per level, defaults.

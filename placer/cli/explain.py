@@ -25,13 +25,14 @@ def explain_command(
     placed: Annotated[
         Path,
         typer.Argument(
+            metavar="PLACED",
             help="Placement record (--placement FILE of placer solve) or the manifests it printed; "
             "with --why-not: the ServingTopology spec.",
             show_default=False,
         ),
     ],
     cluster_arg: Annotated[
-        Path | None, typer.Argument(metavar="[CLUSTER]", help="Cluster file (or use --cluster).", show_default=False)
+        Path | None, typer.Argument(metavar="CLUSTER", help="Cluster file (or use --cluster).", show_default=False)
     ] = None,
     cluster: Annotated[
         Path | None, typer.Option("--cluster", "-c", help="Cluster file the placement was made on.")

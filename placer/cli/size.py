@@ -11,8 +11,10 @@ import typer
 
 
 def size_command(
-    spec: Annotated[Path, typer.Argument(help="ServingTopology spec (YAML) with workload.requestRate and slo.")],
-    cluster: Annotated[Path, typer.Argument(help="Cluster file (YAML).")],
+    spec: Annotated[
+        Path, typer.Argument(metavar="SPEC", help="ServingTopology spec (YAML) with workload.requestRate and slo.")
+    ],
+    cluster: Annotated[Path, typer.Argument(metavar="CLUSTER", help="Cluster file (YAML).")],
     output: Annotated[str, typer.Option("-o", "--output", help="Write the sized spec here ('-': stdout).")] = "-",
     time_limit: Annotated[
         float, typer.Option("--time-limit", min=0.1, help="Work budget per placement (deterministic seconds).")
