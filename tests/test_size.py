@@ -298,3 +298,12 @@ def test_quiet_prints_nothing_on_stderr_and_the_same_spec(tmp_path: Path) -> Non
     assert loud.returncode == quiet.returncode == 0
     assert loud.stderr and quiet.stderr == ""
     assert quiet.stdout == loud.stdout
+
+
+def test_a_json_output_file_gets_json(tmp_path: Path) -> None:
+    spec = _write(tmp_path, _disagg({}))
+    as_yaml, as_json = tmp_path / "sized.yaml", tmp_path / "sized.json"
+    assert run("size", spec, DGX, "-q", "-o", as_yaml).returncode == 0
+    assert run("size", spec, DGX, "-q", "-o", as_json).returncode == 0
+    assert json.loads(as_json.read_text()) == yaml.safe_load(as_yaml.read_text())
+    assert run("validate", as_json, DGX).returncode == 0

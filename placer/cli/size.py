@@ -15,7 +15,14 @@ def size_command(
         Path, typer.Argument(metavar="SPEC", help="ServingTopology spec (YAML) with workload.requestRate and slo.")
     ],
     cluster: Annotated[Path, typer.Argument(metavar="CLUSTER", help="Cluster file (YAML).")],
-    output: Annotated[str, typer.Option("-o", "--output", help="Write the sized spec here ('-': stdout).")] = "-",
+    output: Annotated[
+        str,
+        typer.Option(
+            "-o",
+            "--output",
+            help="Write the sized spec here ('-': stdout); JSON when the name ends in .json, else YAML.",
+        ),
+    ] = "-",
     time_limit: Annotated[
         float, typer.Option("--time-limit", min=0.1, help="Work budget per placement (deterministic seconds).")
     ] = 10.0,
@@ -57,4 +64,4 @@ def size_command(
         err.print(table(result))
         for line in reasoning(result):
             err.print(line)
-    write_output(output, spec_text(result.spec), "--output", [spec, cluster])
+    write_output(output, spec_text(result.spec, as_json=output.endswith(".json")), "--output", [spec, cluster])

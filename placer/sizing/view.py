@@ -11,11 +11,16 @@ from placer.model.spec import ServingTopology
 from placer.sizing.plan import SizeResult
 
 
-def spec_text(spec: ServingTopology) -> str:
-    """The spec as the user wrote it (fields they set, in the model's order), with the new counts."""
+def spec_text(spec: ServingTopology, as_json: bool = False) -> str:
+    """The spec as the user wrote it (fields they set, in the model's order), with the new counts; YAML, or
+    JSON for a file named *.json."""
     doc = spec.model_dump(mode="json", by_alias=True, exclude_unset=True)
     for name, pool in spec.pools.items():
         doc["pools"][name]["instances"] = pool.instances
+    if as_json:
+        import json
+
+        return json.dumps(_whole(doc), indent=2) + "\n"
     return yaml.safe_dump(_whole(doc), sort_keys=False, default_flow_style=False, width=1000)
 
 
