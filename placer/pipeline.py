@@ -201,7 +201,13 @@ class FleetSolveResult:
     reports: list[Report]  # per placed deployment, in fleet.placed order
     manifests: list[dict]  # every placed deployment's objects, in the order the specs were given
     notes: list[str]
-    target: str  # the --target the manifests are for (given, or what the --keep manifests were written for)
+    targets: dict[str, str]  # namespace/name -> the --target of its manifests (what runs, else given/default)
+
+    @property
+    def target(self) -> str | None:
+        """The one --target every deployment's manifests are for; None when they differ."""
+        found = set(self.targets.values())
+        return found.pop() if len(found) == 1 else None
 
     def yaml(self) -> str:
         from placer.emit.manifests import to_yaml
@@ -247,7 +253,6 @@ def _run_fleet(
 ) -> FleetSolveResult:
     from placer.emit.manifests import build_manifests
     from placer.emit.readback import load_running
-    from placer.emit.targets import DEFAULT_TARGET
     from placer.model.errors import InputError
     from placer.model.load import load_cluster, load_specs, locate
     from placer.solver.fleet import Deployment, check_unique, solve_fleet
@@ -266,9 +271,8 @@ def _run_fleet(
     notes: list[str] = []
     kept: dict = {}
     base = topo
+    running = load_running(keep_paths) if keep_paths else []
     if keep_paths:
-        running = load_running(keep_paths)
-        target = target_for_keep(target, running)
         plan = plan_keep(running, [s for s, _ in given], topo)
         base, kept = plan.topology, plan.kept
         notes += [
@@ -278,6 +282,7 @@ def _run_fleet(
         notes += [f"{r.key}: running, not given as a spec: left as it is" for r in plan.untouched]
     deployments = [Deployment(s, src, kept.get(f"{s.metadata.namespace}/{s.metadata.name}")) for s, src in given]
     check_unique(deployments)
+    targets = targets_for(target, [d.key for d in deployments], running)
     for d in deployments:  # input errors first, attributed to their file, before any solving
         _check_buildable(d, base)
     long_lived.keep()  # the cluster and the specs outlive the batch
@@ -295,10 +300,8 @@ def _run_fleet(
     for d in deployments:
         if d.key in by_key:
             p, report = by_key[d.key]
-            manifests += build_manifests(
-                d.spec, base, p.placement, report, target or DEFAULT_TARGET, nccl, target_version
-            )
-    return FleetSolveResult(result, base, reports, manifests, notes, target or DEFAULT_TARGET)
+            manifests += build_manifests(d.spec, base, p.placement, report, targets[d.key], nccl, target_version)
+    return FleetSolveResult(result, base, reports, manifests, notes, targets)
 
 
 def run_plan(running, pending, topo: Topology, options: SolveOptions, cut: float | None = None, scoped: bool = True):
@@ -348,30 +351,26 @@ def in_namespace(spec: ServingTopology, namespace: str) -> ServingTopology:
     return spec.model_copy(update={"metadata": spec.metadata.model_copy(update={"namespace": namespace})})
 
 
-def target_for_keep(given: str | None, running: Sequence[Running]) -> str:
-    """The --target for objects that join running ones: the one their manifests were written for, so a
-    scale-out never adds one scheduler's objects beside another's (records and pod lists do not say, so
-    they take ``given`` or the default). A --target given that differs from it is refused."""
+def targets_for(given: str | None, keys: Sequence[str], running: Sequence[Running]) -> dict[str, str]:
+    """The --target of each deployment to print (by namespace/name): what its running objects were written
+    for, so new objects never start beside another scheduler's; else the one given, else the default.
+    Running deployments not printed do not count. A --target that differs from what one of them runs is
+    refused: its old objects would keep running beside the new ones."""
     from placer.emit.targets import DEFAULT_TARGET
     from placer.model.errors import InputError
 
-    written = {r.target for r in running if r.target is not None}
-    if given is None:
-        if len(written) > 1:
-            which = ", ".join(f"{r.key}: {r.target}" for r in running if r.target is not None)
+    written = {r.key: r for r in running if r.target is not None}
+    out = {}
+    for key in keys:
+        run = written.get(key)
+        if given is not None and run is not None and run.target != given:
             raise InputError(
-                f"--keep: the running manifests were written for different targets ({which}): give --target"
+                f"--target {given}: {key} runs from objects written for --target {run.target} ({run.source}); "
+                f"the new objects would run beside the old ones under another scheduler. Give -t {run.target} "
+                "(or leave --target out to follow what runs), or place it anew without --keep"
             )
-        return next(iter(written), DEFAULT_TARGET)
-    other = sorted((r for r in running if r.target not in (None, given)), key=lambda r: r.key)
-    if other:
-        first = other[0]
-        raise InputError(
-            f"--target {given}: {first.key} runs from manifests written for --target {first.target} ({first.source}); "
-            f"the new objects would run beside the old ones under another scheduler. Give -t {first.target}, or "
-            "leave --target out to follow --keep"
-        )
-    return given
+        out[key] = given or (run.target if run is not None else DEFAULT_TARGET)
+    return out
 
 
 def _wall_left(options: SolveOptions, started: float) -> SolveOptions:
@@ -394,6 +393,7 @@ class AutoscaleResult:
     prune: list[tuple[str, str, str]]
     moves: list[str]
     placement: Placement | None  # the new placement; None when nothing changed
+    target: str = "coscheduling"  # the --target of the objects (what runs was written for, or the one given)
 
     def record(self) -> dict:
         from placer.solver.autoscale import decision_record
@@ -460,7 +460,7 @@ def run_autoscale(
     what = " ".join(part for part in (decision.action, decision.scope) if part)
     progress(f"{key}: {what} ({decision.reason})".replace(" ()", ""))
     before_spec, after_spec = scaled_spec(spec, shape), scaled_spec(spec, decision.after)
-    emit = {"target": target_for_keep(target, [mine]), "nccl": nccl, "target_version": target_version}
+    emit = {"target": targets_for(target, [key], [mine])[key], "nccl": nccl, "target_version": target_version}
     keep = plan_keep(running, [before_spec], topo)
     before_pl = running_placement(mine, topo.name)
     if mine.stats is not None:  # regenerate the objects as they were printed, solver status included
@@ -469,7 +469,7 @@ def run_autoscale(
         before_spec, keep.topology, before_pl, check_fleet_one(keep.topology, before_spec, before_pl), **emit
     )
     if decision.action == "none":
-        return AutoscaleResult(before_spec, decision, observed, [], before, [], [], None)
+        return AutoscaleResult(before_spec, decision, observed, [], before, [], [], None, emit["target"])
     # The instances the decision drops give their GPUs back (a shift's new instance may take them): the
     # cluster file may list them busy when it was imported from the running pods.
     dropped = [
@@ -500,7 +500,7 @@ def run_autoscale(
     report = verify_fleet(keep.topology, [(after_spec, placement)])[0]
     after = build_manifests(after_spec, keep.topology, placement, report, **emit)
     moves = _moves(mine.instances, placement)
-    return AutoscaleResult(after_spec, decision, observed, *_diff(before, after), moves, placement)
+    return AutoscaleResult(after_spec, decision, observed, *_diff(before, after), moves, placement, emit["target"])
 
 
 def check_fleet_one(topo: Topology, spec: ServingTopology, placement: Placement) -> Report:

@@ -382,3 +382,23 @@ def test_a_scale_out_with_no_room_left_does_not_blame_a_healthy_instance(tmp_pat
     assert_clean_failure(proc, 1)
     assert "breaks the spec's placement rules" not in proc.stderr
     assert "has no room around it for the rest of its replica as scaled" in proc.stderr
+
+
+def test_the_readme_loop_keeps_the_target_through_placement_records(tmp_path):
+    """README's loop feeds the record --placement wrote to the next call's --keep: the record says the target,
+    so the second scale-out is Kueue's too, not a coscheduling gang beside Kueue's pods."""
+    running = tmp_path / "run.yaml"
+    running.write_text(run("solve", SPEC, DATA / "cluster.yaml", "-q", "-t", "kueue").stdout)
+    step = yaml.safe_load((DATA / "trace.yaml").read_text())[1]
+    p1, d1 = tmp_path / "p1.yaml", tmp_path / "d1.json"
+    first = run(
+        "autoscale", SPEC, _cluster(tmp_path, step["metrics"], "c1.yaml"), "--keep", running, "--now", "60",
+        "--placement", p1, "--decision", d1,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert yaml.safe_load(p1.read_text())["target"] == "kueue"
+    hot = _cluster(tmp_path, {"n3": {"queueDepth": 9, "ttftP90Ms": 990}}, "c2.yaml")
+    second = run("autoscale", SPEC, hot, "--keep", p1, "--now", "1000", "--state", d1, "--full")
+    assert second.returncode == 0, second.stderr
+    kinds = {d["kind"] for d in _docs(second.stdout)}
+    assert "PodGroup" not in kinds and "StatefulSet" not in kinds and "Deployment" in kinds

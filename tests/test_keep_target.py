@@ -4,6 +4,7 @@ objects; a --target that differs from it is refused."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -62,13 +63,59 @@ def test_solve_keep_writes_for_the_running_target_and_refuses_another(tmp_path, 
     assert run("solve", SPEC, CLUSTER, "--keep", running, "-q", "-t", target).stdout == running.read_text()
 
 
-def test_a_placement_record_keeps_the_default_or_the_target_given(tmp_path):
+def test_a_placement_record_carries_the_target_and_keep_follows_it(tmp_path):
+    """README's autoscale loop passes the record --placement wrote as the next --keep: it must say the target,
+    or from the second call on the default's objects start beside the running ones."""
     record = tmp_path / "p.yaml"
     assert run("solve", SPEC, CLUSTER, "-q", "-t", "kai", "--placement", record).returncode == 0
-    kinds = {d["kind"] for d in yaml.safe_load_all(run("solve", SPEC, CLUSTER, "--keep", record, "-q").stdout) if d}
-    assert "PodGroup" in kinds  # a record does not say which target: the default, coscheduling
-    given = run("solve", SPEC, CLUSTER, "--keep", record, "-q", "-t", "kai").stdout
-    assert "scheduling.run.ai/" in given
+    assert yaml.safe_load(record.read_text())["target"] == "kai"
+    again = run("solve", SPEC, CLUSTER, "--keep", record, "-q").stdout
+    assert "scheduling.run.ai/" in again and "scheduling.x-k8s.io/" not in again
+    old = yaml.safe_load(record.read_text())
+    del old["target"]  # a record written before records carried it: the default, or the one given
+    record.write_text(yaml.safe_dump(old))
+    assert "scheduling.x-k8s.io/" in run("solve", SPEC, CLUSTER, "--keep", record, "-q").stdout
+    assert "scheduling.run.ai/" in run("solve", SPEC, CLUSTER, "--keep", record, "-q", "-t", "kai").stdout
+    old["target"] = "yarn"
+    record.write_text(yaml.safe_dump(old))
+    bad = run("solve", SPEC, CLUSTER, "--keep", record, "-q")
+    assert_clean_failure(bad, 2)
+    assert "target: 'yarn' is not a --target" in bad.stderr
+
+
+def test_a_kubectl_pod_list_says_its_target(tmp_path):
+    """Running pods as the API server returns them: Kueue's pods carry its labels, coscheduling's its
+    pod-group label; a scale-out from them follows that target."""
+    for target, mark in (("kueue", "kueue.x-k8s.io/"), ("coscheduling", "scheduling.x-k8s.io/pod-group")):
+        manifests = _solve(tmp_path, target)
+        pods = {"apiVersion": "v1", "kind": "List", "items": _running_pods(manifests)}
+        listed = tmp_path / f"pods-{target}.json"
+        listed.write_text(json.dumps(pods))
+        assert [r.target for r in load_running([listed])] == [target]
+        out = run("solve", SPEC, CLUSTER, "--keep", listed, "-q")
+        assert out.returncode == 0, out.stderr
+        assert mark in out.stdout
+
+
+def _running_pods(manifests: Path) -> list[dict]:
+    """``kubectl get pods -o json`` of what the manifests made: each workload's pod, bound where placer said."""
+    pods = []
+    for d in yaml.safe_load_all(manifests.read_text()):
+        if not d or d["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        t = d["spec"]["template"]
+        gpus = t["metadata"].get("annotations", {}).get("placer.dev/instance-gpus", "")
+        node = gpus.split(":")[0] or d["metadata"]["annotations"]["placer.dev/node"]  # an engine, or the router
+        meta = t["metadata"] | {"name": d["metadata"]["name"] + "-0", "namespace": d["metadata"]["namespace"]}
+        spec = t["spec"] | {"nodeName": node}
+        pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": "Running"}})
+    return pods
+
+
+def test_dra_manifests_read_back_without_their_claim_templates_are_still_dra(tmp_path):
+    path = _solve(tmp_path, "dra")
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d and not d["apiVersion"].startswith("resource.")]
+    assert target_of(docs) == "dra"  # the pods' templates ask for resource claims; the PodGroup is coscheduling's
 
 
 def test_topology_objects_follow_the_kept_target(tmp_path):
@@ -82,15 +129,30 @@ def test_topology_objects_follow_the_kept_target(tmp_path):
     assert "the lws target refers to no topology object" in refused.stderr
 
 
-def test_manifests_of_two_targets_kept_together_need_a_target(tmp_path):
+def test_each_deployment_follows_its_own_running_target(tmp_path):
+    """Two deployments kept together, written for two targets: each is printed for its own; a new one gets
+    the one given (else the default), and a --target that contradicts one being printed is refused."""
     a = _solve(tmp_path, "kueue")
     other = tmp_path / "other-spec.yaml"
     doc = yaml.safe_load(SPEC.read_text())
     doc["metadata"]["name"] = "second"
     other.write_text(yaml.safe_dump(doc))
-    out = run("solve", other, CLUSTER, "-q", "-t", "grove")
     b = tmp_path / "b.yaml"
-    b.write_text(out.stdout)
-    proc = run("solve", SPEC, other, CLUSTER, "--keep", a, "--keep", b, "-q")
-    assert_clean_failure(proc, 2)
-    assert "different targets" in proc.stderr
+    b.write_text(run("solve", other, CLUSTER, "--keep", a, "-q", "-t", "grove").stdout)  # beside the first
+    both = run("solve", SPEC, other, CLUSTER, "--keep", a, "--keep", b, "-q")
+    assert both.returncode == 0, both.stderr
+    assert both.stdout == a.read_text() + b.read_text()  # each deployment's objects as they run, byte for byte
+    third = tmp_path / "third.yaml"
+    doc["metadata"]["name"] = "third"
+    third.write_text(yaml.safe_dump(doc))
+    new = run("solve", third, CLUSTER, "--keep", a, "--keep", b, "-q")  # the running two are not printed
+    assert new.returncode == 0, new.stderr
+    kinds = {d["kind"] for d in yaml.safe_load_all(new.stdout) if d}
+    assert "PodGroup" in kinds and "PodCliqueSet" not in kinds  # the default, not a running one's
+    assert "PodCliqueSet" in run("solve", third, CLUSTER, "--keep", a, "--keep", b, "-q", "-t", "grove").stdout
+    refused = run("solve", SPEC, other, CLUSTER, "--keep", a, "--keep", b, "-q", "-t", "grove")
+    assert_clean_failure(refused, 2)
+    assert "serving/llama-70b runs from objects written for --target kueue" in refused.stderr
+    mixed = run("solve", SPEC, other, CLUSTER, "--keep", a, "--keep", b, "-q", "--topology-objects", "-")
+    assert_clean_failure(mixed, 2)
+    assert "different targets" in mixed.stderr

@@ -73,7 +73,8 @@ def plan_command(
         topo = build_topology(load_cluster(cluster_path))
     except InputError as exc:
         raise locate(cluster_path, exc) from None
-    result = plan(load_running(running), pending, topo, SolveOptions(time_limit_s=time_limit), cut)
+    runs = load_running(running)
+    result = plan(runs, pending, topo, SolveOptions(time_limit_s=time_limit), cut)
     doc = {
         "apiVersion": "placer.dev/v1alpha1",
         "kind": "Plan",
@@ -104,7 +105,8 @@ def plan_command(
 
     with Outputs() as files:  # visible only once stdout is written
         if placement is not None:
-            files.add(placement, records_text(result.placements), "--placement", [*running, *paths])
+            targets = {r.key: r.target for r in runs if r.target is not None}  # moves keep each one's target
+            files.add(placement, records_text(result.placements, targets), "--placement", [*running, *paths])
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         sys.stdout.flush()
         files.commit()

@@ -226,7 +226,8 @@ def solve_command(
         if placement is not None:
             from placer.emit.manifests import placement_text
 
-            files.add(placement, placement_text(result.placement, placement, result.spec), "--placement", paths)
+            record = placement_text(result.placement, placement, result.spec, chosen or DEFAULT_TARGET)
+            files.add(placement, record, "--placement", paths)
         if topology_objects is not None and str(topology_objects) != "-":
             _add_topology(files, topology_objects, docs, output, paths)
         sys.stdout.write(text)
@@ -291,6 +292,11 @@ def _solve_fleet(
         target_version=target_version,
     )
     if topology_objects is not None:
+        if res.target is None:
+            from placer.model.errors import InputError
+
+            which = ", ".join(f"{k}: {t}" for k, t in sorted(res.targets.items()))
+            raise InputError(f"--topology-objects: the deployments' objects are for different targets ({which})")
         _check_topology_target(res.target)
     if topology_objects is not None and res.fleet.placed:  # once for the cluster, agreed by every deployment
         from placer.emit.manifests import topology_manifests
@@ -305,7 +311,7 @@ def _solve_fleet(
     else:
         with Outputs() as files:  # visible only once stdout is written
             if placement is not None:
-                text = records_text([(p.deployment.spec, p.placement) for p in res.fleet.placed])
+                text = records_text([(p.deployment.spec, p.placement) for p in res.fleet.placed], res.targets)
                 files.add(placement, text, "--placement", [*specs, cluster, *keep])
             if topology_objects is not None and str(topology_objects) != "-" and res.fleet.placed:
                 _add_topology(files, topology_objects, docs, output, [*specs, cluster, *keep])

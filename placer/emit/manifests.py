@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -190,14 +191,20 @@ def to_json_list(docs: list[dict]) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}, indent=2, sort_keys=True) + "\n"
 
 
-def placement_text(placement: Placement, path: Path, spec: ServingTopology) -> str:
-    """The placement record as JSON or YAML, chosen by the file's extension, with the spec inside."""
-    record = placement.to_record(spec_record(spec))
+def placement_text(placement: Placement, path: Path, spec: ServingTopology, target: str | None = None) -> str:
+    """The placement record as JSON or YAML, chosen by the file's extension, with the spec (and the --target
+    of the manifests printed beside it) inside."""
+    record = placement.to_record(spec_record(spec), target=target)
     if path.suffix.lower() == ".json":
         return json.dumps(record, indent=2, sort_keys=True) + "\n"
     return _dump(record)
 
 
-def records_text(placements: list[tuple[ServingTopology, Placement]]) -> str:
-    """Several placement records as one YAML stream (what --placement writes for a batch)."""
-    return "".join("---\n" + _dump(p.to_record(spec_record(s))) for s, p in placements)
+def records_text(placements: list[tuple[ServingTopology, Placement]], targets: Mapping[str, str] | None = None) -> str:
+    """Several placement records as one YAML stream (what --placement writes for a batch); ``targets``: the
+    --target of each deployment's manifests, by namespace/name."""
+    targets = targets or {}
+    return "".join(
+        "---\n" + _dump(p.to_record(spec_record(s), target=targets.get(f"{p.namespace}/{p.deployment}")))
+        for s, p in placements
+    )

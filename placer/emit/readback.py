@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from placer.emit.checks import check_gpus_once, located
+from placer.emit.targets import TARGETS
 from placer.model.errors import InputError
 from placer.model.placement import InstancePlacement, Placement, Pod, ReplicaPlacement
 from placer.model.record import CLUSTER_ANNOTATION, SPEC_ANNOTATION, STATUS_ANNOTATION, PlacementRecord, StatusRecord
@@ -34,6 +35,7 @@ class Placed:
     spec: ServingTopology
     placement: Placement
     source: str  # "placement record" | "manifests"
+    target: str | None = None  # the --target it was written for, where it says
 
 
 def load_placed(path: Path, deployment: str | None = None) -> Placed:
@@ -99,9 +101,11 @@ def _from_record(path: Path, data: dict[str, Any]) -> Placed:
         raise located(
             path, f"metadata.{field}: metadata.{field} {mine!r} is not the {field} of the spec it carries ({theirs!r})"
         )
+    if record.target is not None and record.target not in TARGETS:
+        raise located(path, f"target: {record.target!r} is not a --target ({', '.join(TARGETS)})")
     placement = record.to_placement()
     check_gpus_once(path, placement)
-    return Placed(record.spec, placement, "placement record")
+    return Placed(record.spec, placement, "placement record", record.target)
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -345,42 +349,64 @@ def _read(path: Path, docs: list[dict[str, Any]]) -> list[Running]:
     return out
 
 
-# The object that tells each --target's output apart, most specific first: LWS and DRA also write a
-# coscheduling PodGroup; Kueue writes no gang object, only its labels on the pods' templates.
-_SIGNATURES = (
+# What tells each --target's output apart, most specific first. Kinds: LWS and DRA also write a
+# coscheduling PodGroup, so they come before it. Pods (a kubectl pod list, or the templates of workloads
+# read back without their gang object): what each target writes on them (docs/TARGETS.md), or the LWS
+# controller's label; Grove's and Dynamo's pods are made by their operators and say nothing placer relies on.
+_KINDS = (
     ("dynamo", lambda api, kind: kind == "DynamoGraphDeployment"),
     ("grove", lambda api, kind: kind == "PodCliqueSet"),
     ("lws", lambda api, kind: kind == "LeaderWorkerSet"),
     ("dra", lambda api, kind: api.startswith("resource.k8s.io/")),
     ("kai", lambda api, kind: kind == "PodGroup" and api.startswith("scheduling.run.ai/")),
     ("volcano", lambda api, kind: kind == "PodGroup" and api.startswith("scheduling.volcano.sh/")),
-    ("coscheduling", lambda api, kind: kind == "PodGroup" and api.startswith("scheduling.x-k8s.io/")),
+)
+_PODS = (
+    ("dra", lambda labels, notes, spec: bool(spec.get("resourceClaims"))),
+    ("lws", lambda labels, notes, spec: "leaderworkerset.sigs.k8s.io/name" in labels),
+    ("kai", lambda labels, notes, spec: any(str(k).startswith("kai.scheduler/") for k in labels)),
+    ("volcano", lambda labels, notes, spec: "scheduling.k8s.io/group-name" in notes),
+    ("kueue", lambda labels, notes, spec: any(str(k).startswith("kueue.x-k8s.io/") for k in labels)),
 )
 
 
 def target_of(docs: list[dict[str, Any]]) -> str | None:
-    """The ``--target`` one deployment's manifests were written for, read off the kinds of its objects;
-    None when they match none (a target placer no longer knows, or objects edited beyond recognition)."""
+    """The ``--target`` one deployment's objects (manifests, or its running pods) were written for; None
+    when nothing says (a placement record, a target placer does not know, objects edited beyond recognition)."""
     seen = {(str(d.get("apiVersion") or ""), str(d.get("kind") or "")) for d in docs}
-    for target, matches in _SIGNATURES:
+    pods = [_pod_template(d) for d in docs]
+    for target, matches in _KINDS:
         if any(matches(api, kind) for api, kind in seen):
             return target
-    if any(str(key).startswith("kueue.x-k8s.io/") for d in docs for key in _pod_template_labels(d)):
-        return "kueue"
+    for target, marks in _PODS:
+        if any(marks(*pod) for pod in pods):
+            return target
+    if ("PodGroup" in {k for _, k in seen}) or any("scheduling.x-k8s.io/pod-group" in labels for labels, _, _ in pods):
+        return "coscheduling"
     return None
 
 
-def _pod_template_labels(doc: dict[str, Any]) -> dict[str, Any]:
-    """A Pod's own labels, or those of a workload's pod template (where Kueue's pod-group labels go)."""
+def _pod_template(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(labels, annotations, pod spec) of a Pod, or of a workload's pod template; empty for other objects."""
     if doc.get("kind") == "Pod":
-        return _labels(doc)
-    template = _dict(_dict(doc.get("spec")).get("template"))
-    return _dict(_dict(template.get("metadata")).get("labels"))
+        meta, spec = _dict(doc.get("metadata")), _dict(doc.get("spec"))
+    else:
+        template = _dict(_dict(doc.get("spec")).get("template"))
+        meta, spec = _dict(template.get("metadata")), _dict(template.get("spec"))
+    return _dict(meta.get("labels")), _dict(meta.get("annotations")), spec
 
 
 def _from_placed(path: Path, placed) -> Running:
     pl = placed.placement
-    running = Running(pl.namespace, pl.deployment, str(path), spec=placed.spec, stats=pl.stats, cluster=pl.cluster)
+    running = Running(
+        pl.namespace,
+        pl.deployment,
+        str(path),
+        spec=placed.spec,
+        stats=pl.stats,
+        cluster=pl.cluster,
+        target=placed.target,
+    )
     for rep in pl.replicas:
         for inst in rep.instances:
             running.instances[(rep.index, inst.pool, inst.index)] = inst
@@ -394,6 +420,7 @@ def _from_pods(path: Path, docs: list[dict[str, Any]]) -> list[Running]:
     A pod of a Grove clique of single-node instances lists them all (``placer.dev/instances``): it stands
     for the ones placed on the node it runs on."""
     out: dict[tuple[str, str], Running] = {}
+    pods: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for d in docs:
         node = _dict(d.get("spec")).get("nodeName")
         if not _is_placer(d) or not node or _dict(d.get("status")).get("phase") in ("Succeeded", "Failed"):
@@ -401,6 +428,7 @@ def _from_pods(path: Path, docs: list[dict[str, Any]]) -> list[Running]:
         meta, labels = _dict(d.get("metadata")), _labels(d)
         ns, name = str(meta.get("namespace") or "default"), _deployment(labels)
         running = out.setdefault((ns, name), Running(ns, name, str(path)))
+        pods[(ns, name)].append(d)
         replica = _int(labels.get("placer.dev/replica"))
         if replica is None:
             continue
@@ -413,6 +441,8 @@ def _from_pods(path: Path, docs: list[dict[str, Any]]) -> list[Running]:
             continue
         for inst in _pod_instances(path, notes, pool, _int(labels.get("placer.dev/instance")), str(node)):
             running.instances[(replica, pool, inst.index)] = inst
+    for key, running in out.items():
+        running.target = target_of(pods[key])
     return [out[k] for k in sorted(out)]
 
 

@@ -66,6 +66,9 @@ class PlacementRecord(_Record):
     kind: Literal["Placement"]
     metadata: RecordMetadata
     cluster: str = Field(description="metadata.name of the cluster file the placement was made on.")
+    target: str | None = Field(
+        default=None, description="The --target its manifests were written for (what --keep writes new objects for)."
+    )
     status: StatusRecord
     spec: ServingTopology | None = Field(
         default=None, description="The ServingTopology the placement was made for (explain needs it)."
