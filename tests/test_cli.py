@@ -510,8 +510,9 @@ def test_the_in_process_runner_shows_warnings_restores_a_closed_stdout_and_times
 @given(
     name=st.text(alphabet="ab9-", min_size=1, max_size=44),
     pool=st.text(alphabet="ab9-", min_size=1, max_size=15),
+    namespace=st.text(alphabet="ab9-", min_size=1, max_size=66),
 )
-def test_the_schema_names_what_the_loader_accepts(name: str, pool: str) -> None:
+def test_the_schema_names_what_the_loader_accepts(name: str, pool: str, namespace: str) -> None:
     """schemas/ now carries the name rules the loader enforces (metadata.name a DNS-1035 label of at most 40
     characters; pool names DNS labels of at most 12 not ending in -<number>): an editor that validates with
     the schema refuses exactly what placer refuses."""
@@ -524,6 +525,7 @@ def test_the_schema_names_what_the_loader_accepts(name: str, pool: str) -> None:
     names = schema["properties"]["pools"]["propertyNames"]
     doc = yaml.safe_load((SPECS / "aggregated-tp8.yaml").read_text())
     doc["metadata"]["name"] = name
+    doc["metadata"]["namespace"] = namespace
     doc["pools"] = {pool: doc["pools"]["aggregated"] | {"role": "aggregated"}}
     doc.pop("router", None)
     try:
@@ -531,8 +533,11 @@ def test_the_schema_names_what_the_loader_accepts(name: str, pool: str) -> None:
         accepted = True
     except ValidationError:
         accepted = False
+    ns = schema["$defs"]["Metadata"]["properties"]["namespace"]
     by_schema = (
-        len(name) <= meta["maxLength"]
+        len(namespace) <= ns["maxLength"]
+        and re.search(ns["pattern"], namespace) is not None
+        and len(name) <= meta["maxLength"]
         and re.search(meta["pattern"], name) is not None
         and len(pool) <= names["maxLength"]
         and re.search(names["pattern"], pool) is not None

@@ -64,4 +64,4 @@ def size_command(
         err.print(table(result))
         for line in reasoning(result):
             err.print(line)
-    write_output(output, spec_text(result.spec, as_json=output.endswith(".json")), "--output", [spec, cluster])
+    write_output(output, spec_text(result.spec, as_json=output.lower().endswith(".json")), "--output", [spec, cluster])

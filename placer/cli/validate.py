@@ -20,7 +20,8 @@ def validate_command(
     ],
 ) -> None:
     """Validate the specs, the cluster file and their consistency (selectors, packing levels); exit 2 on bad
-    input, 1 when a pool's GPU selector matches no node of the cluster (nothing could ever be placed).
+    input, 1 when a pool's GPU selector matches no schedulable node of the cluster (nothing can be placed
+    until one is).
     Takes what 'placer solve' takes, so a batch is checked before it is solved."""
     from placer.model.errors import InputError
     from placer.model.load import check_stdin_once, load_cluster, load_specs, locate

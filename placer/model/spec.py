@@ -44,7 +44,9 @@ class Metadata(_Model):
         "name.",
         json_schema_extra={"maxLength": 40, "pattern": "^[a-z]([-a-z0-9]*[a-z0-9])?$"},
     )
-    namespace: str = "default"
+    namespace: str = Field(
+        default="default", json_schema_extra={"maxLength": 63, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"}
+    )
 
     @field_validator("name")
     @classmethod
