@@ -393,7 +393,7 @@ class AutoscaleResult:
     prune: list[tuple[str, str, str]]
     moves: list[str]
     placement: Placement | None  # the new placement; None when nothing changed
-    target: str = "coscheduling"  # the --target of the objects (what runs was written for, or the one given)
+    target: str  # the --target of the objects (what runs was written for, else the one given, else the default)
 
     def record(self) -> dict:
         from placer.solver.autoscale import decision_record

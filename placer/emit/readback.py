@@ -381,7 +381,7 @@ def target_of(docs: list[dict[str, Any]]) -> str | None:
     for target, marks in _PODS:
         if any(marks(*pod) for pod in pods):
             return target
-    if ("PodGroup" in {k for _, k in seen}) or any("scheduling.x-k8s.io/pod-group" in labels for labels, _, _ in pods):
+    if any(kind == "PodGroup" for _, kind in seen) or any("scheduling.x-k8s.io/pod-group" in lb for lb, _, _ in pods):
         return "coscheduling"
     return None
 
