@@ -83,24 +83,23 @@ class SolveResult:
             f"in {wall_s:.2f}s"
         ]
         lines += [f"note: {n}" for n in st.notes]
-        lines += self._slo_warnings()
+        lines += slo_warnings(self.spec, self.topology, self.placement)
         return "\n".join(lines)
 
-    def _slo_warnings(self) -> list[str]:
-        """An SLO the links alone already break: the placement is still the best there is, so this is no
-        failure, but a run that looked clean must not hide it (placer explain shows every budget's split)."""
-        slo = self.spec.slo
-        if slo.ttft_ms is None and slo.itl_ms is None:
-            return []
-        from placer.explain.explanation import explain_placement
 
-        checks = explain_placement(self.spec, self.topology, self.placement).slos
-        return [
-            f"warning: slo.{c.name}Ms {c.target_ms:g} ms: communication alone takes {c.communication_ms:.1f} ms of it "
-            f"({c.what}; placer explain shows the split)"
-            for c in checks
-            if not c.ok
-        ]
+def slo_warnings(spec: ServingTopology, topo: Topology, placement: Placement) -> list[str]:
+    """An SLO the links alone already break: the placement is still the best there is, so this is no
+    failure, but a run that looked clean must not hide it (placer explain shows every budget's split)."""
+    if spec.slo.ttft_ms is None and spec.slo.itl_ms is None:
+        return []
+    from placer.explain.explanation import explain_placement
+
+    return [
+        f"warning: slo.{c.name}Ms {c.target_ms:g} ms: communication alone takes {c.communication_ms:.1f} ms of it "
+        f"({c.what}; placer explain shows the split)"
+        for c in explain_placement(spec, topo, placement).slos
+        if not c.ok
+    ]
 
 
 def run_solve(
@@ -218,6 +217,14 @@ class FleetSolveResult:
         from placer.emit.manifests import to_json_list
 
         return to_json_list(self.manifests)
+
+    def slo_warnings(self) -> list[str]:
+        """slo_warnings of every placed deployment, each named."""
+        return [
+            f"{p.deployment.key}: {w}"
+            for p in self.fleet.placed  # type: ignore[attr-defined]
+            for w in slo_warnings(p.deployment.spec, self.topology, p.placement)
+        ]
 
 
 def run_fleet(

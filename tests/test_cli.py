@@ -561,3 +561,9 @@ def test_solve_warns_when_communication_alone_breaks_the_slo(tmp_path: Path) -> 
     assert easy.returncode == 0 and "warning: slo" not in easy.stderr
     quiet = run_in_process("solve", tight, CLUSTERS / "dgx-h100-1024.yaml", "-q")
     assert quiet.stderr == ""
+    doc["slo"] = {"ttftMs": 10, "itlMs": 1}
+    tight.write_text(yaml.safe_dump(doc))
+    batch = run_in_process("solve", tight, SPECS / "aggregated-tp8.yaml", CLUSTERS / "dgx-h100-1024.yaml")
+    assert batch.returncode == 0, batch.stderr  # each deployment of a batch is named in its warnings
+    assert "serving/llama-70b: warning: slo.ttftMs 10 ms: communication alone takes" in batch.stderr
+    assert "llama-70b-agg: warning" not in batch.stderr  # it gives no SLO

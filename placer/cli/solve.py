@@ -320,6 +320,8 @@ def _solve_fleet(
             files.commit()
         if not quiet:  # with -q the table is not built at all (rich's tables cost 0.06 s to import)
             _console(sys.stderr).print(_fleet_table(res, seconds))
+            for line in res.slo_warnings():
+                print(line, file=sys.stderr)
     if res.fleet.unplaced:
         raise typer.Exit(1)
 
