@@ -195,13 +195,14 @@ def solve_command(
         )
         return
     spec = specs[0]
+    single = chosen or DEFAULT_TARGET  # no --keep: the target given, else the default
     t0 = time.perf_counter()
     result = run_solve(
         spec,
         cluster,
         options,
         progress=say,
-        target=chosen or DEFAULT_TARGET,
+        target=single,
         nccl=nccl,
         namespace=namespace,
         target_version=target_version,
@@ -210,13 +211,11 @@ def solve_command(
         from placer.emit.manifests import topology_manifests
 
         r = result
-        docs = topology_manifests(
-            [(r.spec, r.placement, r.report)], r.topology, chosen or DEFAULT_TARGET, target_version
-        )
+        docs = topology_manifests([(r.spec, r.placement, r.report)], r.topology, single, target_version)
         if str(topology_objects) == "-":
             r.manifests[:0] = docs
     if dry_run:
-        _print_plan(result, chosen or DEFAULT_TARGET, nccl)
+        _print_plan(result, single, nccl)
         say(result.summary(time.perf_counter() - t0))
         return
     text = result.json() if output is OutputFormat.json else result.yaml()
@@ -226,7 +225,7 @@ def solve_command(
         if placement is not None:
             from placer.emit.manifests import placement_text
 
-            record = placement_text(result.placement, placement, result.spec, chosen or DEFAULT_TARGET)
+            record = placement_text(result.placement, placement, result.spec, single)
             files.add(placement, record, "--placement", paths)
         if topology_objects is not None and str(topology_objects) != "-":
             _add_topology(files, topology_objects, docs, output, paths)

@@ -21,7 +21,7 @@ class Running:
     spec: ServingTopology | None = None  # known from records and manifests, not from bare pods
     stats: SolveStats | None = None  # the solve it came from (records, manifests): what its objects carry
     cluster: str = ""  # the cluster it was placed on, where records and manifests say (bare pods do not)
-    target: str | None = None  # the --target its manifests were written for (records and pods do not say)
+    target: str | None = None  # the --target it was written for, where its record, manifests or pods say
 
     @property
     def key(self) -> str:
