@@ -97,6 +97,43 @@ def test_a_kubectl_pod_list_says_its_target(tmp_path):
         assert mark in out.stdout
 
 
+def test_grove_and_dynamo_pods_say_their_target(tmp_path):
+    """Grove's and Dynamo's operators make the pods, so the pods carry no kind of placer's: the operators'
+    own labels tell (Grove's grove.io/podclique; Dynamo's graph label, also when the graph runs on Grove)."""
+    manifests = _solve(tmp_path, "grove")
+    listed = tmp_path / "pods-grove.json"
+    listed.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": _grove_pods(manifests)}))
+    assert [r.target for r in load_running([listed])] == ["grove"]
+    out = run("solve", SPEC, CLUSTER, "--keep", listed, "-q")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == manifests.read_text()  # every instance read back where it runs: nothing moves
+    pod = {"kind": "Pod", "metadata": {"labels": {"grove.io/podclique": "g-0-decode"}}, "spec": {}}
+    assert target_of([pod]) == "grove"
+    pod["metadata"]["labels"]["nvidia.com/dynamo-graph-deployment-name"] = "g"
+    assert target_of([pod]) == "dynamo"
+
+
+def _grove_pods(manifests: Path) -> list[dict]:
+    """The pods Grove's operator makes of a PodCliqueSet: one per node a clique's instances were placed on
+    (its placer.dev/instances table; the router's placer.dev/node), labelled with the clique."""
+    pods = []
+    for d in yaml.safe_load_all(manifests.read_text()):
+        if not d or d["kind"] != "PodCliqueSet":
+            continue
+        for clique in d["spec"]["template"]["cliques"]:
+            notes = clique.get("annotations", {})
+            table = json.loads(notes.get("placer.dev/instances", "{}"))
+            nodes = sorted({v.split(":")[0] for v in table.values()}) or [notes["placer.dev/node"]]
+            for i, node in enumerate(nodes):
+                name = f"{d['metadata']['name']}-0-{clique['name']}"
+                labels = clique["labels"] | {"grove.io/podclique": name}
+                meta = {"name": f"{name}-{i}", "namespace": d["metadata"]["namespace"], "labels": labels}
+                meta["annotations"] = notes
+                spec = clique["spec"]["podSpec"] | {"nodeName": node}
+                pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {}})
+    return pods
+
+
 def _running_pods(manifests: Path) -> list[dict]:
     """``kubectl get pods -o json`` of what the manifests made: each workload's pod, bound where placer said."""
     pods = []

@@ -362,6 +362,11 @@ _KINDS = (
     ("volcano", lambda api, kind: kind == "PodGroup" and api.startswith("scheduling.volcano.sh/")),
 )
 _PODS = (
+    # Labels the operators put on every pod they make, in their own code: Dynamo's
+    # KubeLabelDynamoGraphDeploymentName (also on a graph that runs on Grove, so it comes first) and Grove's
+    # LabelPodClique.
+    ("dynamo", lambda labels, notes, spec: "nvidia.com/dynamo-graph-deployment-name" in labels),
+    ("grove", lambda labels, notes, spec: "grove.io/podclique" in labels),
     ("dra", lambda labels, notes, spec: bool(spec.get("resourceClaims"))),
     ("lws", lambda labels, notes, spec: "leaderworkerset.sigs.k8s.io/name" in labels),
     ("kai", lambda labels, notes, spec: any(str(k).startswith("kai.scheduler/") for k in labels)),
