@@ -237,12 +237,25 @@ def run_fleet(
     nccl: bool | None = None,
     namespace: str | None = None,
     target_version: str | None = None,
+    one_target: Callable[[dict[str, str]], None] | None = None,
 ) -> FleetSolveResult:
     """Several specs (files, multi-document files, directories) and what already runs (``keep_paths``)
-    placed on one cluster: load -> topology -> keep -> fleet solve -> verify all together -> emit."""
+    placed on one cluster: load -> topology -> keep -> fleet solve -> verify all together -> emit.
+    ``one_target`` checks each deployment's --target (namespace/name -> target) before anything is solved:
+    a batch whose targets cannot be printed together is bad input, found before the solve, not after."""
     with LongLived() as long_lived:
         return _run_fleet(
-            spec_paths, cluster_path, options, keep_paths, progress, target, nccl, namespace, target_version, long_lived
+            spec_paths,
+            cluster_path,
+            options,
+            keep_paths,
+            progress,
+            target,
+            nccl,
+            namespace,
+            target_version,
+            long_lived,
+            one_target,
         )
 
 
@@ -257,6 +270,7 @@ def _run_fleet(
     namespace: str | None,
     target_version: str | None,
     long_lived: LongLived,
+    one_target: Callable[[dict[str, str]], None] | None = None,
 ) -> FleetSolveResult:
     from placer.emit.manifests import build_manifests
     from placer.emit.readback import load_running
@@ -290,6 +304,8 @@ def _run_fleet(
     deployments = [Deployment(s, src, kept.get(f"{s.metadata.namespace}/{s.metadata.name}")) for s, src in given]
     check_unique(deployments)
     targets = targets_for(target, [d.key for d in deployments], running)
+    if one_target is not None:
+        one_target(targets)
     for d in deployments:  # input errors first, attributed to their file, before any solving
         _check_buildable(d, base)
     long_lived.keep()  # the cluster and the specs outlive the batch

@@ -161,9 +161,10 @@ def test_topology_objects_follow_the_kept_target(tmp_path):
     assert out.returncode == 0, out.stderr
     assert {"Topology"} <= {d["kind"] for d in yaml.safe_load_all(out.stdout) if d}
     lws = _solve(tmp_path, "lws")
-    refused = run("solve", SPEC, CLUSTER, "--keep", lws, "-q", "--topology-objects", "-")
+    refused = run("solve", SPEC, CLUSTER, "--keep", lws, "--topology-objects", "-")
     assert_clean_failure(refused, 2)
     assert "the lws target refers to no topology object" in refused.stderr
+    assert "placing 1 deployment" not in refused.stderr  # refused from what runs, before any solving
 
 
 def test_each_deployment_follows_its_own_running_target(tmp_path):
@@ -190,6 +191,7 @@ def test_each_deployment_follows_its_own_running_target(tmp_path):
     refused = run("solve", SPEC, other, CLUSTER, "--keep", a, "--keep", b, "-q", "-t", "grove")
     assert_clean_failure(refused, 2)
     assert "serving/llama-70b runs from objects written for --target kueue" in refused.stderr
-    mixed = run("solve", SPEC, other, CLUSTER, "--keep", a, "--keep", b, "-q", "--topology-objects", "-")
+    mixed = run("solve", SPEC, other, CLUSTER, "--keep", a, "--keep", b, "--topology-objects", "-")
     assert_clean_failure(mixed, 2)
     assert "different targets" in mixed.stderr
+    assert "placing 2 deployment" not in mixed.stderr  # before any solving

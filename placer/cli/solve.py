@@ -172,7 +172,7 @@ def solve_command(
 
     chosen = None if target is None else target.value
     if topology_objects is not None and not keep:
-        _check_topology_target(chosen or DEFAULT_TARGET)  # with --keep, once the target is known
+        _check_topology_target(chosen or DEFAULT_TARGET)  # with --keep, from what runs (run_fleet, before solving)
     options = SolveOptions(
         time_limit_s=time_limit, workers=workers, log=stderr_log if verbose else None, wall_limit_s=wall_limit
     )
@@ -289,14 +289,8 @@ def _solve_fleet(
         nccl=nccl,
         namespace=namespace,
         target_version=target_version,
+        one_target=None if topology_objects is None else _one_topology_target,
     )
-    if topology_objects is not None:
-        if res.target is None:
-            from placer.model.errors import InputError
-
-            which = ", ".join(f"{k}: {t}" for k, t in sorted(res.targets.items()))
-            raise InputError(f"--topology-objects: the deployments' objects are for different targets ({which})")
-        _check_topology_target(res.target)
     if topology_objects is not None and res.fleet.placed:  # once for the cluster, agreed by every deployment
         from placer.emit.manifests import topology_manifests
 
@@ -323,6 +317,18 @@ def _solve_fleet(
                 print(line, file=sys.stderr)
     if res.fleet.unplaced:
         raise typer.Exit(1)
+
+
+def _one_topology_target(targets: dict[str, str]) -> None:
+    """--topology-objects describes the cluster once for every deployment printed: they must share a target
+    that has topology objects. Checked on every deployment given (before the solve, which may leave some out)."""
+    from placer.model.errors import InputError
+
+    if len(set(targets.values())) > 1:
+        which = ", ".join(f"{k}: {t}" for k, t in sorted(targets.items()))
+        raise InputError(f"--topology-objects: the deployments' objects are for different targets ({which})")
+    for target in set(targets.values()):
+        _check_topology_target(target)
 
 
 def _check_topology_target(target: str) -> None:
