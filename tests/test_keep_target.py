@@ -195,3 +195,31 @@ def test_each_deployment_follows_its_own_running_target(tmp_path):
     assert_clean_failure(mixed, 2)
     assert "different targets" in mixed.stderr
     assert "placing 2 deployment" not in mixed.stderr  # before any solving
+
+
+@pytest.mark.parametrize("target", [t for t in TARGETS if t != "dra"])
+def test_scaling_out_with_keep_leaves_every_kept_pod_template_alone(tmp_path, target):
+    """A changed pod template is a rollout: the engine restarts. Scaling a deployment out must change no
+    kept engine's template (a spec or solver status there did, on Kueue's first Deployment of a replica)."""
+    spec = ROOT / "fixtures" / "specs" / "aggregated-tp8.yaml"
+    base = run("solve", spec, CLUSTER, "-q", "-t", target)
+    assert base.returncode == 0, base.stderr
+    running = tmp_path / "running.yaml"
+    running.write_text(base.stdout)
+    doc = yaml.safe_load(spec.read_text())
+    doc["replicas"] += 1
+    bigger = tmp_path / "bigger.yaml"
+    bigger.write_text(yaml.safe_dump(doc))
+    out = run("solve", bigger, CLUSTER, "-q", "--keep", running)
+    assert out.returncode == 0, out.stderr
+
+    def templates(text: str) -> dict[str, dict]:
+        docs = [d for d in yaml.safe_load_all(text) if d]
+        return {
+            d["metadata"]["name"]: d["spec"]["template"] for d in docs if d["kind"] in ("Deployment", "StatefulSet")
+        }
+
+    before, after = templates(base.stdout), templates(out.stdout)
+    assert len(after) > len(before) or target in ("lws", "grove", "dynamo")  # the new replica's workloads
+    for name, template in before.items():
+        assert after.get(name) == template, name

@@ -17,8 +17,10 @@ domain; kueue pkg/controller/tas/topology_ungater.go). A multi-node instance who
 roles (unequal GPU counts), one of them a single pod, keeps both in its domain as a PodSet group
 (``podset-group-name`` = the instance, both requiring its level; Kueue groups exactly two PodSets, one of
 them a single pod, and never with slices).
-The replica's first pod also carries placer's spec and solver status (``placer.dev/spec``, …), which
-``placer explain`` reads back, since a Kueue pod group has no object of its own.
+The replica's first Deployment carries placer's spec and solver status (``placer.dev/spec``, …), which
+``placer explain`` reads back, since a Kueue pod group has no object of its own: on the Deployment's own
+metadata, never in its pod template, where a new solve's status or a changed replica count would roll out
+(restart) an engine that ``--keep`` keeps.
 Phase 3, node affinity: each pod admits the nodes placer chose for its role in its replica (all pods of a
 role must look alike to Kueue, so this narrows to a set rather than pinning one node per pod). Kueue's TAS
 then assigns pods to those nodes and ungates them; kube-scheduler binds.
@@ -141,6 +143,7 @@ def deployment_of_one(
     pod_labels: dict[str, str],
     pod_notes: dict[str, str],
     spec: dict[str, Any],
+    object_notes: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A placed pod under a controller Kueue's plain pod groups can live with: a Deployment of one.
 
@@ -150,7 +153,8 @@ def deployment_of_one(
     replacement at once, under a new name; Kueue adopts it into the admitted group and releases the old pod.
     ``Recreate``, so that an update never runs two copies asking for the same GPUs. The Deployment's own
     labels are placer's only: with Kueue's ``deployment`` integration, a queue label there would make the
-    Deployment a workload of its own."""
+    Deployment a workload of its own. ``object_notes``: annotations of the Deployment only (see the module's
+    note on the spec)."""
     name = pod_name(ctx.spec, rep.index, inst, j)
     own = instance_labels(ctx.spec, rep.index, inst) | {RANK_LABEL: str(j)}
     selector = {k: own[k] for k in ("app.kubernetes.io/instance", "placer.dev/pool", "placer.dev/instance", RANK_LABEL)}
@@ -161,7 +165,7 @@ def deployment_of_one(
             "name": name,
             "namespace": ctx.namespace,
             "labels": own,
-            "annotations": {k: v for k, v in pod_notes.items() if k.startswith("placer.dev/")},
+            "annotations": {k: v for k, v in pod_notes.items() if k.startswith("placer.dev/")} | (object_notes or {}),
         },
         "spec": {
             "replicas": 1,
@@ -194,8 +198,8 @@ def build(ctx: Context) -> list[dict]:
                 role, topology, hosts, rank = role_of[(inst.pool, inst.index, j)]
                 annotations = pod_annotations(ctx, rep.index, inst, pod)
                 annotations |= {TOTAL: str(replica_pods(rep)), SERVING: "true", ROLE: role} | topology
-                if inst is rep.instances[0] and j == 0:  # a pod group has no object of its own: its first pod
-                    annotations |= ctx.group_annotations()  # carries what explain reads (spec, status)
+                # a pod group has no object of its own: its first Deployment carries what explain reads
+                first = ctx.group_annotations() if inst is rep.instances[0] and j == 0 else None
                 container = engine_container(
                     ctx, inst, len(pod.gpus), j, leader=kueue_leader_host(ctx, rep.index, inst)
                 )
@@ -212,6 +216,7 @@ def build(ctx: Context) -> list[dict]:
                         pod_labels | {QUEUE_LABEL: queue, GROUP_LABEL: group, POD_INDEX: str(rank)},
                         annotations,
                         spec,
+                        first,
                     )
                 )
         docs += pool_services(ctx, rep)
