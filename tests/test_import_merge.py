@@ -138,16 +138,23 @@ def test_nccl_tests_figure_attaches_to_the_domain_the_test_spanned() -> None:
             gpu_product="NVIDIA-H100-80GB-HBM3",
         )
     )
-    # Two nodes with no leaf share the default leaf: the test crossed it.
+    # Two nodes with no leaf share the default leaf: the test crossed it, driving all 8 rails of each node,
+    # so the figure per rail (what every network figure is) is the bus bandwidth over the rails.
+    assert result.topology.rails_per_node == 8
     assert result.document["overrides"] == [
         {
             "domain": "leaf/default",
-            "bandwidthGBps": 338.82,
+            "bandwidthGBps": 42.352,
             "source": "nccl-tests (nccl-tests-allreduce-gcp-a3mega-h100-2node.txt): busbw 338.82 GB/s at "
-            "8589934592 B, 16 ranks on 2 node(s)",
+            "8589934592 B, 16 ranks on 2 node(s), over 8 rails per node: 42.352 GB/s per rail",
         }
     ]
-    assert result.topology.crossing["leaf/default"] == (338.82, 2.0)
+    assert result.topology.crossing["leaf/default"] == (42.352, 2.0)
+    # A KV transfer between the two nodes stripes over the rails: the measured node bandwidth, not 8 times it.
+    from placer.topology.cost import PathFigures, kv_bandwidth_gbps
+
+    path = PathFigures(*result.topology.crossing["leaf/default"], "leaf")
+    assert kv_bandwidth_gbps(path, 8, 8, result.topology.rails_per_node) == pytest.approx(338.82, abs=0.01)
     # 80GB from the product name given with --gpu-product.
     assert result.report.provenance["memoryGiB"] == {"product name": 2}
 

@@ -94,7 +94,7 @@ IMPORTS: dict[str, tuple[ImportOptions, dict[str, Any]]] = {
             nccl_tests=(s("nccl-tests-allreduce-gcp-a3mega-h100-2node.txt"),),
             gpu_product="NVIDIA-H100-80GB-HBM3",
         ),
-        {"nodes": 2, "gpus": 16, "overrides": {"leaf/default": 338.82}},
+        {"nodes": 2, "gpus": 16, "overrides": {"leaf/default": 42.352}},  # busbw 338.82 GB/s over 8 rails
     ),
     "slurm-topology-tree.conf": (
         ImportOptions(slurm=s("slurm-topology-tree.conf")),

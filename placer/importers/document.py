@@ -22,6 +22,7 @@ from placer.importers.k8s_nodes import ALWAYS, AUTO_ORDER, PRESETS
 from placer.importers.ledger import DEFAULT, Draft, Ledger
 from placer.importers.nccl_tests import NcclTestRun
 from placer.model import API_VERSION
+from placer.topology.cost import NETWORK_LEVELS
 from placer.topology.graph import Topology
 
 DOMAIN_KEYS = {"rack": "rack", "leaf": "leaf", "nvlink-domain": "nvlinkDomain"}
@@ -204,7 +205,13 @@ def fabric_from_hardware(ledger: Ledger) -> tuple[dict[str, Any], dict[str, tupl
 def nccl_overrides(
     runs: tuple[NcclTestRun, ...], ledger: Ledger, topo: Topology
 ) -> tuple[list[dict[str, Any]], list[Note]]:
-    """Each run's peak bus bandwidth as the measured figure of the narrowest domain holding its hosts."""
+    """Each run's peak bus bandwidth as the measured figure of the narrowest domain holding its hosts.
+
+    An override is a figure per lane, as every fabric figure is (placer.topology.cost): a GPU pair inside a
+    box, one rail on the network, where a transfer stripes over the node's rails. A test across nodes drives
+    every rail at once and reports the node's whole bus bandwidth, so over the network its figure is divided
+    by the rails per node (written as the busbw on the rails in ``source``); taken whole it would count the
+    rails twice, and a KV floor no network meets would pass."""
     notes: list[Note] = []
     by_domain: dict[str, dict[str, Any]] = {}
     index = {n.name: n.index for n in topo.nodes}
@@ -220,12 +227,16 @@ def nccl_overrides(
             notes.append(Note(run.source, None, f"{what}: the measured figure is not attached"))
             continue
         domain = topo.lowest_common([topo.node_domain[index[d.name]] for d in drafts if d is not None])
-        figure = peak.out_of_place.busbw_gbps
+        busbw = peak.out_of_place.busbw_gbps
         test = f"nccl-tests {run.operation}" if run.operation else "nccl-tests"
         source = (
-            f"{test} ({_basename(run.source)}): busbw {figure:g} GB/s at {peak.size_bytes} B, "
+            f"{test} ({_basename(run.source)}): busbw {busbw:g} GB/s at {peak.size_bytes} B, "
             f"{len(run.ranks)} ranks on {len(run.hosts)} node(s)"
         )
+        figure = busbw
+        if topo.domains[domain].level in NETWORK_LEVELS:
+            figure = round(busbw / topo.rails_per_node, 3)
+            source += f", over {topo.rails_per_node} rails per node: {figure:g} GB/s per rail"
         if domain in by_domain:
             ledger.conflicts.append(
                 f"overrides {domain}: {by_domain[domain]['bandwidthGBps']:g} GB/s from an earlier nccl-tests file, "
