@@ -143,10 +143,23 @@ def test_roce_leaves_the_gid_index_to_nccl(tmp_path):
     assert "over RoCE" in reasons["NCCL_IB_HCA"]
 
 
-def test_gb200_trays_of_one_rack_use_multi_node_nvlink():
+def test_gb200_trays_of_one_rack_use_multi_node_nvlink_only_with_an_imex_channel():
     trays = [n for n in GB200.nodes if n.path["nvlink-domain"] == "nvl-r001"][:2]
-    got = _values(_spec(), GB200, _inst(*((n.name, [0, 1, 2, 3]) for n in trays)))
+    inst = _inst(*((n.name, [0, 1, 2, 3]) for n in trays))
+    got = {s.name: s.value for s in instance_settings(_spec(), GB200, inst, imex=True)}
     assert got["NCCL_MNNVL_ENABLE"] == "1" and got["NCCL_NVLS_ENABLE"] == "1" and "NCCL_IB_HCA" not in got
+    # Without the channel (every target but dra's ComputeDomain) an explicit MNNVL request makes NCCL fail
+    # (src/init.cc): the trays are set up as nodes on the network instead.
+    plain = _values(_spec(), GB200, inst)
+    assert "NCCL_MNNVL_ENABLE" not in plain and plain["NCCL_IB_HCA"] == "mlx5"
+
+
+def test_only_the_dra_target_asks_for_multi_node_nvlink(tmp_path):
+    spec, cluster = ROOT / "fixtures" / "specs" / "llama-70b-disagg.yaml", ROOT / "fixtures" / "clusters"
+    for target in ("kai", "grove", "dynamo"):
+        out = run("solve", spec, cluster / "gb200-nvl72-1008.yaml", "-q", "-t", target)
+        assert out.returncode == 0, out.stderr
+        assert "NCCL_MNNVL_ENABLE" not in out.stdout, target
 
 
 def test_spec_overrides_win_and_the_template_wins_over_both():

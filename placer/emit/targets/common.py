@@ -248,7 +248,7 @@ def pod_annotations(ctx: Context, replica: int, inst: InstancePlacement, pod: Po
     if ctx.kv[replica].kv_path is not None:
         out["placer.dev/kv-transfer-us"] = _fmt_us(ctx.kv[replica].kv_us)
     if ctx.nccl:
-        settings = nccl.instance_settings(ctx.spec, ctx.topo, inst)
+        settings = nccl.instance_settings(ctx.spec, ctx.topo, inst, ctx.exact_gpus)
         out["placer.dev/nccl"] = json.dumps({s.name: f"{s.value}: {s.reason}" for s in settings}, sort_keys=True)
         notes = nccl.runtime_notes(ctx.topo, inst, ctx.exact_gpus)
         out["placer.dev/runtime-notes"] = json.dumps(notes)
@@ -278,7 +278,7 @@ def engine_container(
     env += [e for e in engines.preset_env(ctx.spec, inst.pool) if e["name"] not in given]
     env += [{"name": e.name, "value": e.value} for e in t.env]
     if ctx.nccl:
-        chosen = nccl.instance_settings(ctx.spec, ctx.topo, inst) if settings is None else settings
+        chosen = nccl.instance_settings(ctx.spec, ctx.topo, inst, ctx.exact_gpus) if settings is None else settings
         env += [{"name": s.name, "value": s.value} for s in chosen]
     resources: dict[str, Any] = {"requests": requests}
     if limits:

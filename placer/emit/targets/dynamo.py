@@ -99,7 +99,7 @@ def _pool_component(ctx: Context, rep: ReplicaPlacement, pool: str, members: lis
     gpus, nodes = per_pod[0], per_inst[0]
     shared = None
     if ctx.nccl:
-        each = [instance_settings(ctx.spec, ctx.topo, inst) for inst in members]
+        each = [instance_settings(ctx.spec, ctx.topo, inst, ctx.exact_gpus) for inst in members]
         shared = [s for s in each[0] if all(s in other for other in each[1:])]
     container = engine_container(ctx, members[0], gpus, None, settings=shared, dynamo_worker=True)
     container["name"] = MAIN

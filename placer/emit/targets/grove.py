@@ -127,7 +127,7 @@ def _engine(
     first_inst, first_pod = insts[pods[0][0]], insts[pods[0][0]].pods[pods[0][1]]
     shared = None
     if ctx.nccl:
-        per = [instance_settings(ctx.spec, ctx.topo, insts[i]) for i in sorted({i for i, _ in pods})]
+        per = [instance_settings(ctx.spec, ctx.topo, insts[i], ctx.exact_gpus) for i in sorted({i for i, _ in pods})]
         shared = [s for s in per[0] if all(s in other for other in per[1:])]
     leader = grove_leader_host(ctx, rep.index, first_inst) if len(first_inst.pods) > 1 else None
     container = engine_container(ctx, first_inst, len(first_pod.gpus), rank, settings=shared, leader=leader)

@@ -131,8 +131,13 @@ def network_settings(
     return out
 
 
-def placer_settings(spec: ServingTopology, topo: Topology, inst: InstancePlacement) -> list[Setting]:
-    """Placer's own choices for one instance (before the user's overrides)."""
+def placer_settings(
+    spec: ServingTopology, topo: Topology, inst: InstancePlacement, imex: bool = False
+) -> list[Setting]:
+    """Placer's own choices for one instance (before the user's overrides). ``imex``: the pods get an IMEX
+    channel (the dra target's ComputeDomain). Multi-node NVLink needs one, and NCCL_MNNVL_ENABLE=1 makes
+    NCCL fail where it is missing (NCCL src/init.cc: an explicit request is an error), so without it trays
+    of one NVLink domain are set up as nodes on the network, which NCCL then uses."""
     gpus = sum(len(p.gpus) for p in inst.pods)
     if gpus <= 1:
         return []
@@ -163,7 +168,7 @@ def placer_settings(spec: ServingTopology, topo: Topology, inst: InstancePlaceme
     domains = [topo.node_domain[n.index] for n in nodes]
     common = topo.domains[topo.lowest_common(sorted(set(domains)))]
     nvl = {n.path.get("nvlink-domain") for n in nodes}
-    if len(nvl) == 1 and None not in nvl:
+    if imex and len(nvl) == 1 and None not in nvl:
         out.append(
             Setting(
                 "NCCL_MNNVL_ENABLE",
@@ -173,15 +178,17 @@ def placer_settings(spec: ServingTopology, topo: Topology, inst: InstancePlaceme
         )
         out.append(_nvls(first, gpus))
         return out
-    out += network_settings(spec, topo, nodes, common.id, common.level in ("rack", "leaf"))
+    out += network_settings(spec, topo, nodes, common.id, common.level in ("nvlink-domain", "rack", "leaf"))
     if _nvls_capable(first) and len(inst.pods[0].gpus) > 1:
         out.append(_nvls(first, gpus))
     return out
 
 
-def instance_settings(spec: ServingTopology, topo: Topology, inst: InstancePlacement) -> list[Setting]:
+def instance_settings(
+    spec: ServingTopology, topo: Topology, inst: InstancePlacement, imex: bool = False
+) -> list[Setting]:
     """What goes into the engine's env: placer's choices, the spec's overrides, minus what the template sets."""
-    chosen = {s.name: s for s in placer_settings(spec, topo, inst)} if spec.nccl.auto else {}
+    chosen = {s.name: s for s in placer_settings(spec, topo, inst, imex)} if spec.nccl.auto else {}
     for name, value in sorted(spec.nccl.env.items()):
         chosen[name] = Setting(name, value, "set by the spec (nccl.env)")
     template = {e.name for e in spec.pools[inst.pool].template.env}

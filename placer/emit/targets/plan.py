@@ -20,7 +20,7 @@ def nccl_table(spec: ServingTopology, topo: Topology, placement, exact_gpus: boo
     for rep in placement.replicas:
         for inst in rep.instances:
             name = f"{inst.pool}-{inst.index}"
-            settings = instance_settings(spec, topo, inst)
+            settings = instance_settings(spec, topo, inst, exact_gpus)
             for s in settings:
                 t.add_row(str(rep.index), name, Text(f"{s.name}={s.value}"), Text(s.reason))
             for note in runtime_notes(topo, inst, exact_gpus):
