@@ -272,7 +272,7 @@ def _run_fleet(
     long_lived: LongLived,
     one_target: Callable[[dict[str, str]], None] | None = None,
 ) -> FleetSolveResult:
-    from placer.emit.manifests import build_manifests
+    from placer.emit.manifests import build_manifests, without_repeats
     from placer.emit.readback import load_running
     from placer.model.errors import InputError
     from placer.model.load import load_cluster, load_specs, locate
@@ -324,7 +324,7 @@ def _run_fleet(
         if d.key in by_key:
             p, report = by_key[d.key]
             manifests += build_manifests(d.spec, base, p.placement, report, targets[d.key], nccl, target_version)
-    return FleetSolveResult(result, base, reports, manifests, notes, targets)
+    return FleetSolveResult(result, base, reports, without_repeats(manifests), notes, targets)
 
 
 def run_plan(running, pending, topo: Topology, options: SolveOptions, cut: float | None = None, scoped: bool = True):

@@ -209,7 +209,8 @@ def test_a_target_without_topology_objects_is_refused():
     spec, topo, placement, report = solved_fixture("llama-70b-disagg")
     with pytest.raises(InputError, match="refers to no topology object"):
         topology_manifests([(spec, placement, report)], topo, "lws")
-    assert topology_manifests([(spec, placement, report)], topo, "kai") == []  # kai prints its Topology anyway
+    for target, kind in (("kai", "Topology"), ("grove", "ClusterTopologyBinding")):  # theirs, as their output has
+        assert [d["kind"] for d in topology_manifests([(spec, placement, report)], topo, target)] == [kind]
 
 
 def test_cli_prepends_the_objects_or_writes_them_apart_and_refuses_other_targets(tmp_path):
@@ -236,3 +237,25 @@ def test_cli_batch_prints_the_objects_once():
     assert batch.returncode in (0, 1), batch.stderr
     kinds = Counter(d["kind"] for d in yaml.safe_load_all(batch.stdout) if d)
     assert kinds["Topology"] == kinds["ResourceFlavor"] == 1
+
+
+@pytest.mark.parametrize(("target", "kind"), [("kai", "Topology"), ("grove", "ClusterTopologyBinding")])
+def test_targets_that_print_their_topology_object_move_it_to_the_file_and_print_it_once(tmp_path, target, kind):
+    """kai and grove carry their cluster-scoped topology object in the stream: --topology-objects FILE moves it
+    there (a 0-byte file broke `kubectl apply -f FILE`), '-' and a batch print it once (`kubectl create`
+    refuses an object twice)."""
+    dgx = ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"
+    plain = run("solve", DISAGG, dgx, "-t", target, "-q")
+    assert plain.returncode == 0, plain.stderr
+    docs = [d for d in yaml.safe_load_all(plain.stdout) if d]
+    mine = [d for d in docs if d["kind"] == kind]
+    assert len(mine) == 1
+    apart = run("solve", DISAGG, dgx, "-t", target, "-q", "--topology-objects", tmp_path / "topo.yaml")
+    assert apart.returncode == 0, apart.stderr
+    assert [d for d in yaml.safe_load_all((tmp_path / "topo.yaml").read_text()) if d] == mine
+    assert [d for d in yaml.safe_load_all(apart.stdout) if d] == [d for d in docs if d["kind"] != kind]
+    once = run("solve", DISAGG, dgx, "-t", target, "-q", "--topology-objects", "-")
+    assert [d for d in yaml.safe_load_all(once.stdout) if d] == docs
+    batch = run("solve", AGG, DISAGG, dgx, "-t", target, "-q")
+    assert batch.returncode in (0, 1), batch.stderr
+    assert Counter(d["kind"] for d in yaml.safe_load_all(batch.stdout) if d)[kind] == 1

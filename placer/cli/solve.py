@@ -101,9 +101,9 @@ def solve_command(
         typer.Option(
             "--topology-objects",
             help="Also write the cluster-scoped objects the --target's constraints refer to, for a cluster that "
-            "lacks them (Kueue Topology + ResourceFlavor, Volcano HyperNodes; kai prints its Topology anyway), "
-            "to this file, or with '-' in front of the manifests on stdout. Apply them once, outside any "
-            "deployment's ApplySet.",
+            "lacks them (Kueue Topology + ResourceFlavor, Volcano HyperNodes; kai's Topology and grove's "
+            "ClusterTopologyBinding, otherwise in the stream, move here), to this file, or with '-' in front of "
+            "the manifests on stdout. Apply them once, outside any deployment's ApplySet.",
         ),
     ] = None,
     namespace: Annotated[
@@ -212,8 +212,7 @@ def solve_command(
 
         r = result
         docs = topology_manifests([(r.spec, r.placement, r.report)], r.topology, single, target_version)
-        if str(topology_objects) == "-":
-            r.manifests[:0] = docs
+        r.manifests = _with_topology(r.manifests, docs, topology_objects)
     if dry_run:
         _print_plan(result, single, nccl)
         say(result.summary(time.perf_counter() - t0))
@@ -296,8 +295,7 @@ def _solve_fleet(
 
         placed = [(p.deployment.spec, p.placement, r) for p, r in zip(res.fleet.placed, res.reports, strict=True)]
         docs = topology_manifests(placed, res.topology, res.target, target_version)
-        if str(topology_objects) == "-":
-            res.manifests[:0] = docs
+        res.manifests = _with_topology(res.manifests, docs, topology_objects)
     seconds = time.perf_counter() - t0
     if dry_run:
         _console(sys.stdout).print(_fleet_table(res, seconds))
@@ -317,6 +315,14 @@ def _solve_fleet(
                 print(line, file=sys.stderr)
     if res.fleet.unplaced:
         raise typer.Exit(1)
+
+
+def _with_topology(manifests: list[dict], docs: list[dict], topology_objects: Path) -> list[dict]:
+    """The stream with the topology objects first (``-``), or without them when they go to their own file
+    (the kai and grove targets carry theirs in the stream already)."""
+    from placer.emit.manifests import split_off, without_repeats
+
+    return without_repeats([*docs, *manifests]) if str(topology_objects) == "-" else split_off(manifests, docs)
 
 
 def _one_topology_target(targets: dict[str, str]) -> None:

@@ -88,6 +88,32 @@ def topology_manifests(
     return [doc for _, doc in out.values()]
 
 
+def _identity(doc: dict) -> tuple:
+    meta = doc.get("metadata") or {}
+    return (doc.get("apiVersion"), doc.get("kind"), meta.get("namespace"), meta.get("name"))
+
+
+def without_repeats(docs: list[dict]) -> list[dict]:
+    """Each object once: the deployments of a batch share their target's cluster-scoped topology object,
+    and ``--topology-objects -`` adds it beside theirs (``kubectl create`` refuses an object twice). Only
+    exact repeats go; two different objects of one name stay, for the API server to refuse, not placer
+    to pick between."""
+    seen: dict[tuple, list[dict]] = {}
+    out = []
+    for doc in docs:
+        same = seen.setdefault(_identity(doc), [])
+        if doc in same:
+            continue
+        same.append(doc)
+        out.append(doc)
+    return out
+
+
+def split_off(docs: list[dict], taken: list[dict]) -> list[dict]:
+    """``docs`` without the objects of ``taken`` (``--topology-objects FILE`` moves them there)."""
+    return [d for d in docs if d not in taken]
+
+
 class _PlainDumper(yaml.SafeDumper):
     """No anchors or aliases: a shared dict is written out in full at each place (readers such as placer's
     own loader, and reviewers, get plain YAML)."""

@@ -12,7 +12,7 @@ import importlib
 TARGETS = ("coscheduling", "kai", "volcano", "kueue", "grove", "lws", "dra", "dynamo")
 DEFAULT_TARGET = "coscheduling"
 # Targets whose constraints name cluster-scoped topology objects (``--topology-objects`` prints them)
-TOPOLOGY_TARGETS = ("kai", "kueue", "volcano")
+TOPOLOGY_TARGETS = ("grove", "kai", "kueue", "volcano")
 
 
 def builder(target: str):

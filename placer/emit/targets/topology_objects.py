@@ -18,10 +18,11 @@ always agree:
   each tiered level, its members the nodes (lowest tier) or the HyperNodes one tier down, by exact name
   (Volcano's webhook wants each a qualified name: at most 63 characters), with ``tierName`` = placer's level
   from Volcano 1.14.
-- ``kai``: nothing more: the kai target prints its ``Topology`` already (unless ``scheduling.topology``
-  names one that exists).
-Other targets have no such object (they pin nodes; Grove's ``ClusterTopologyBinding`` is part of the grove
-target's output): refused.
+- ``kai`` and ``grove``: the ``Topology`` / ``ClusterTopologyBinding`` their output already carries (unless
+  ``scheduling.topology`` names one that exists), here too under that name: ``--topology-objects FILE``
+  moves it from the stream into FILE (cluster-scoped objects kept apart, as GitOps repositories do), ``-``
+  prints it once.
+Other targets have no such object (they pin nodes): refused.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import hashlib
 import re
 from typing import Any
 
-from placer.emit.targets import TOPOLOGY_TARGETS, kai, volcano
+from placer.emit.targets import TOPOLOGY_TARGETS, grove, kai, volcano
 from placer.emit.targets.common import HOSTNAME, TOPOLOGY_LABELS, Context
 from placer.model.errors import InputError
 
@@ -58,7 +59,9 @@ def topology_objects(ctx: Context, target: str) -> list[dict[str, Any]]:
         return kueue_objects(ctx)
     if target == "volcano":
         return hypernodes(ctx)
-    return []  # kai: its build() prints the Topology
+    if target == "grove":
+        return [grove.binding_doc(ctx)]
+    return [kai.topology_doc(ctx)]
 
 
 def level_labels(ctx: Context) -> list[str]:
