@@ -89,6 +89,19 @@ CASES: dict[str, tuple[str, int | None, str]] = {
         "nodes[1].metrics.queueDepth[0]: expected a number, got true",
     ),
     "cluster-gpu-count-true.yaml": ("cluster", 9, "nodeClasses.dgx-h100.gpus.count: expected an integer"),
+    # from the audits of 2026-11-28
+    "spec-env-reserved.yaml": (
+        "spec",
+        15,
+        "pools.aggregated.template.env[0].name: env name 'PLACER_POD_RANK' is reserved",
+    ),
+    "spec-router-kind-empty.yaml": ("spec", 15, "router.kind: Input should be 'sglang', 'vllm', 'dynamo' or 'custom'"),
+    "cluster-override-bandwidth-tiny.yaml": ("cluster", 14, "overrides[0].bandwidthGBps: Input should be greater than"),
+    "cluster-override-twice.yaml": (
+        "cluster",
+        15,
+        "overrides[1].domain: 'node/dgx-a' is also the domain of overrides[0]",
+    ),
     "cluster-duplicate-hostname-label.yaml": (
         "cluster",
         15,

@@ -25,8 +25,13 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=field_alias, frozen=True)
 
 
+# The slowest link a file may state: 1 MB/s. Slower figures (1e-300 was accepted) make transfer times, and
+# so the model's integer costs, too large for CP-SAT, which then refused the model (exit 3, not 2).
+MIN_GBPS = 0.001
+
+
 class Link(_Model):
-    bandwidth_gbps: Float = Field(gt=0, le=100_000, description="Per GPU, one direction, GB/s.")
+    bandwidth_gbps: Float = Field(ge=MIN_GBPS, le=100_000, description="Per GPU, one direction, GB/s.")
     latency_us: Float = Field(ge=0, le=100_000)
 
 
@@ -48,7 +53,7 @@ class Network(_Model):
     kind: Literal["infiniband", "ethernet"] = "infiniband"
     rail_gbps: Float = Field(
         default=50.0,
-        gt=0,
+        ge=MIN_GBPS,
         le=10_000,
         description="One NIC port, GB/s. Default by kind: infiniband 50 (NDR 400G), ethernet 12.5 (100GbE).",
     )
@@ -137,7 +142,7 @@ class Nic(_Model):
     gpus: list[Int] = Field(
         default_factory=list, description="GPU indices behind the same PCIe switch (PIX/PXB): its rail."
     )
-    bandwidth_gbps: FloatOrNone = Field(default=None, gt=0, le=10_000, description="Port speed, GB/s.")
+    bandwidth_gbps: FloatOrNone = Field(default=None, ge=MIN_GBPS, le=10_000, description="Port speed, GB/s.")
 
 
 _ISLANDS = (
@@ -149,7 +154,9 @@ _ISLANDS = (
 class NodeClass(_Model):
     gpus: GpuGroup | list[GpuSpec] | None = None
     interconnect: Literal["nvlink", "pcie"] = "nvlink"
-    nvlink_gbps: FloatOrNone = Field(default=None, gt=0, description="Per-GPU NVLink bandwidth inside the node.")
+    nvlink_gbps: FloatOrNone = Field(
+        default=None, ge=MIN_GBPS, le=100_000, description="Per-GPU NVLink bandwidth inside the node."
+    )
     sockets: Int = Field(default=1, ge=1, le=16)
     cpu: CpuQuantity = "64"
     memory: MemoryQuantity = "512Gi"
@@ -219,7 +226,7 @@ class NodeSpec(_Model):
     nvlink_domain: str | None = None
     gpus: GpuGroup | list[GpuSpec] | None = None
     interconnect: Literal["nvlink", "pcie"] | None = None
-    nvlink_gbps: FloatOrNone = Field(default=None, gt=0)
+    nvlink_gbps: FloatOrNone = Field(default=None, ge=MIN_GBPS, le=100_000)
     sockets: IntOrNone = Field(default=None, ge=1, le=16)
     cpu: CpuQuantity | None = None
     memory: MemoryQuantity | None = None
@@ -275,7 +282,7 @@ class Override(_Model):
     """Measured figures for links that cross between the children of one domain (``level/name``)."""
 
     domain: str = Field(description="Domain id, e.g. node/dgx-001, rack/r07, leaf/su1.")
-    bandwidth_gbps: FloatOrNone = Field(default=None, gt=0, le=100_000)
+    bandwidth_gbps: FloatOrNone = Field(default=None, ge=MIN_GBPS, le=100_000)
     latency_us: FloatOrNone = Field(default=None, ge=0, le=100_000)
     source: str | None = Field(default=None, description="Where the figure came from (free text).")
 

@@ -5,7 +5,8 @@ Every flag placer writes comes from the engine's own documentation (docs/TARGETS
 version): tensor- and pipeline-parallel sizes from the pool, the disaggregation role and KV transfer from the
 pool's role, the HTTP host and port, and for a multi-node instance the rendezvous (node count, this pod's
 rank, the leader's address) as ``$(VAR)`` references to the env every engine container carries
-(``common.RANK_ENV``, ``PODS_ENV``, ``LEADER_ENV``; Kubernetes expands them in command and args).
+(``RANK_ENV``, ``PODS_ENV``, ``LEADER_ENV`` below, set by placer.emit.targets.common; Kubernetes expands
+them in command and args).
 
 With ``router.kind: dynamo`` the engines run as Dynamo workers (``python3 -m dynamo.<engine>``): the same
 parallel flags and role, no HTTP server of their own (Dynamo's frontend discovers them), no multi-node

@@ -140,6 +140,9 @@ class Placement(_Model):
         return self
 
 
+RESERVED_ENV_PREFIX = "PLACER_"  # placer.model.engines: RANK_ENV, PODS_ENV, LEADER_ENV
+
+
 class EnvVar(_Model):
     name: str
     value: str
@@ -149,6 +152,10 @@ class EnvVar(_Model):
     def _name(cls, v: str) -> str:
         if not k8s.ENV_NAME.fullmatch(v):
             raise ValueError(f"env name {v!r} must match [-._a-zA-Z][-._a-zA-Z0-9]*")
+        if v.startswith(RESERVED_ENV_PREFIX):
+            # placer sets these per pod (rank, pods, leader address); a second entry of the same name wins
+            # in the container and would give every pod the same rank
+            raise ValueError(f"env name {v!r} is reserved: placer sets the {RESERVED_ENV_PREFIX}* variables itself")
         return v
 
 
@@ -577,7 +584,9 @@ class ServingTopology(_Model):
     def _router_kind(cls, data: Any) -> Any:
         """router.kind when not given: the router of the engine every pool runs (its preset, else the
         engine image's name: vllm or sglang), so a spec naming one engine gets that engine's router."""
-        if not isinstance(data, dict) or not isinstance(data.get("router"), dict) or data["router"].get("kind"):
+        if not isinstance(data, dict) or not isinstance(data.get("router"), dict):
+            return data
+        if data["router"].get("kind") is not None:  # given, even as "" or {}: validation says what is wrong
             return data
         pools = data.get("pools")
         if not isinstance(pools, dict) or not pools:

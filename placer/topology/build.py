@@ -18,7 +18,7 @@ from dataclasses import replace
 import networkx as nx
 
 from placer.model import k8s
-from placer.model.cluster import ClusterSpec, GpuGroup, GpuSpec, Link, NodeClass, NodeSpec
+from placer.model.cluster import ClusterSpec, GpuGroup, GpuSpec, Link, NodeClass, NodeSpec, Override
 from placer.model.errors import InputError
 from placer.model.levels import LEVEL_RANK
 from placer.topology.graph import Domain, Gpu, Node, Topology
@@ -265,7 +265,14 @@ def _crossing_figures(
 ) -> dict[str, tuple[float, float]]:
     """(GB/s, us) for a GPU pair whose narrowest common domain is each domain: the fabric figure of its
     level, or the measured override given for it."""
-    by_id = {o.domain: (i, o) for i, o in enumerate(spec.overrides)}
+    by_id: dict[str, tuple[int, Override]] = {}
+    for i, o in enumerate(spec.overrides):
+        if o.domain in by_id:  # which one is measured? the file must say (the first's source would be lost)
+            raise InputError(
+                f"overrides[{i}].domain: {o.domain!r} is also the domain of overrides[{by_id[o.domain][0]}]; "
+                "give one entry per domain"
+            )
+        by_id[o.domain] = (i, o)
     for key, (i, _) in by_id.items():
         if key not in domains:
             raise InputError(

@@ -16,6 +16,7 @@ from typing import Any
 from placer.check.verify import Report
 from placer.emit.targets import nccl
 from placer.model import engines, k8s
+from placer.model.engines import LEADER_ENV, PODS_ENV, RANK_ENV
 from placer.model.errors import InputError
 from placer.model.levels import LEVEL_RANK
 from placer.model.placement import InstancePlacement, Pod, ReplicaPlacement
@@ -28,9 +29,6 @@ GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 # Environment every engine container gets, for engine flags to reference as $(NAME): the pod's rank inside
 # its instance (0 = the leader, which serves the HTTP API), the instance's pod count, and the leader's DNS
 # name (multi-node instances only), which the distributed runtime rendezvous at.
-RANK_ENV = "PLACER_POD_RANK"
-PODS_ENV = "PLACER_INSTANCE_PODS"
-LEADER_ENV = "PLACER_LEADER_ADDRESS"
 ROUTER_ROLE = "placer.dev/role"  # "router" on the router's objects and pod
 RANK_LABEL = "placer.dev/rank"  # a pod's rank in its instance, on pods a controller makes one per rank
 GPU_RESOURCE = "nvidia.com/gpu"
