@@ -567,3 +567,12 @@ def test_solve_warns_when_communication_alone_breaks_the_slo(tmp_path: Path) -> 
     assert batch.returncode == 0, batch.stderr  # each deployment of a batch is named in its warnings
     assert "serving/llama-70b: warning: slo.ttftMs 10 ms: communication alone takes" in batch.stderr
     assert "llama-70b-agg: warning" not in batch.stderr  # it gives no SLO
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e400"])
+@pytest.mark.parametrize("command", ["solve", "size", "explain --why-not"])
+def test_a_time_limit_that_is_not_a_number_of_seconds_is_bad_input(command: str, value: str) -> None:
+    """``--time-limit inf`` passed the lower bound and overflowed the solver's budget: exit 3."""
+    proc = run(*command.split(), AGG, SMALL, "--time-limit", value)
+    assert_clean_failure(proc, 2)
+    assert "--time-limit" in proc.stderr

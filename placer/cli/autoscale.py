@@ -61,7 +61,8 @@ def autoscale_command(
     ] = False,
     output: Annotated[OutputFormat, typer.Option("--output", "-o", help="Manifest format.")] = OutputFormat.yaml,
     time_limit: Annotated[
-        float, typer.Option("--time-limit", min=0.1, help="Work budget in deterministic seconds (as for solve).")
+        float,
+        typer.Option("--time-limit", min=0.1, max=86_400, help="Work budget in deterministic seconds (as for solve)."),
     ] = 30.0,
     target: Annotated[
         Target | None,

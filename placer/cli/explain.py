@@ -54,7 +54,9 @@ def explain_command(
     ] = True,
     time_limit: Annotated[
         float,
-        typer.Option("--time-limit", min=0.1, help="Work budget (deterministic seconds), for --why-not's solve."),
+        typer.Option(
+            "--time-limit", min=0.1, max=86_400, help="Work budget (deterministic seconds), for --why-not's solve."
+        ),
     ] = 30.0,
     deployment: Annotated[
         str | None,

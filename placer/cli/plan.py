@@ -33,7 +33,7 @@ def plan_command(
         ),
     ] = None,
     time_limit: Annotated[
-        float, typer.Option("--time-limit", min=0.1, help="Work budget in deterministic seconds.")
+        float, typer.Option("--time-limit", min=0.1, max=86_400, help="Work budget in deterministic seconds.")
     ] = 30.0,
     placement: Annotated[
         Path | None,

@@ -24,7 +24,8 @@ def size_command(
         ),
     ] = "-",
     time_limit: Annotated[
-        float, typer.Option("--time-limit", min=0.1, help="Work budget per placement (deterministic seconds).")
+        float,
+        typer.Option("--time-limit", min=0.1, max=86_400, help="Work budget per placement (deterministic seconds)."),
     ] = 10.0,
     mfu: Annotated[float, typer.Option("--mfu", help="Prefill FLOP/s utilisation (0-1].")] = 0.5,
     mbu: Annotated[float, typer.Option("--mbu", help="Decode bandwidth utilisation (0-1].")] = 0.6,

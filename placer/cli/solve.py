@@ -56,6 +56,7 @@ def solve_command(
         typer.Option(
             "--time-limit",
             min=0.1,
+            max=86_400,  # a day; inf overflowed the solver's budget (exit 3)
             help="Work budget in deterministic seconds (about wall seconds on an idle core): the same input gives "
             "the same answer on a busy or idle machine. The best complete placement found is returned when hit.",
         ),
@@ -65,6 +66,7 @@ def solve_command(
         typer.Option(
             "--wall-limit",
             min=0.1,
+            max=86_400,
             help="Wall-clock guard in seconds (default: 2 x --time-limit + 5). Hitting it is noted: that answer "
             "depends on the machine.",
         ),
