@@ -576,3 +576,18 @@ def test_a_time_limit_that_is_not_a_number_of_seconds_is_bad_input(command: str,
     proc = run(*command.split(), AGG, SMALL, "--time-limit", value)
     assert_clean_failure(proc, 2)
     assert "--time-limit" in proc.stderr
+
+
+def test_empty_yaml_documents_beside_specs_and_clusters_are_skipped_as_kubectl_does(tmp_path: Path) -> None:
+    """A trailing '---' (common in generated YAML) was refused as 'got an empty document'."""
+    spec, cluster = tmp_path / "spec.yaml", tmp_path / "cluster.yaml"
+    spec.write_text("---\n" + AGG.read_text() + "---\n" + DISAGG.read_text() + "---\n")
+    cluster.write_text(SMALL.read_text() + "---\n")
+    proc = run("validate", spec, cluster)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{spec}#2: ServingTopology 'llama-70b' is valid" in proc.stderr  # numbered as in the file
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("---\n---\n")
+    refused = run("validate", empty, cluster)
+    assert_clean_failure(refused, 2)
+    assert "no spec in its 2 empty YAML documents" in refused.stderr
