@@ -115,10 +115,11 @@ def run_solve(
     """``target`` / ``nccl`` choose the manifests (emit.build_manifests; default: coscheduling);
     ``namespace`` replaces the spec's, so objects, the record and the spec annotation all carry it."""
     from placer.emit.manifests import build_manifests
-    from placer.emit.targets import DEFAULT_TARGET
+    from placer.emit.targets import DEFAULT_TARGET, check_version
     from placer.model.load import load_cluster, load_spec
     from placer.solver.solve import solve
 
+    check_version(target or DEFAULT_TARGET, target_version)  # bad input before any work
     times: dict[str, float] = {}
     t = started = time.perf_counter()
     spec = load_spec(spec_path)
@@ -274,6 +275,7 @@ def _run_fleet(
 ) -> FleetSolveResult:
     from placer.emit.manifests import build_manifests, without_repeats
     from placer.emit.readback import load_running
+    from placer.emit.targets import check_version
     from placer.model.errors import InputError
     from placer.model.load import load_cluster, load_specs, locate
     from placer.solver.fleet import Deployment, check_unique, solve_fleet
@@ -304,6 +306,8 @@ def _run_fleet(
     deployments = [Deployment(s, src, kept.get(f"{s.metadata.namespace}/{s.metadata.name}")) for s, src in given]
     check_unique(deployments)
     targets = targets_for(target, [d.key for d in deployments], running)
+    for chosen in sorted(set(targets.values())):  # bad input before any solving
+        check_version(chosen, target_version)
     if one_target is not None:
         one_target(targets)
     for d in deployments:  # input errors first, attributed to their file, before any solving
@@ -451,6 +455,7 @@ def run_autoscale(
     moving what runs (and, with ``allow_moves``, not even re-placing the deployment whole)."""
     from placer.emit.manifests import build_manifests
     from placer.emit.readback import load_running
+    from placer.emit.targets import check_version
     from placer.model.errors import InfeasibleError, InputError
     from placer.model.load import load_cluster, load_spec, locate
     from placer.model.running import running_placement
@@ -484,6 +489,7 @@ def run_autoscale(
     progress(f"{key}: {what} ({decision.reason})".replace(" ()", ""))
     before_spec, after_spec = scaled_spec(spec, shape), scaled_spec(spec, decision.after)
     emit = {"target": targets_for(target, [key], [mine])[key], "nccl": nccl, "target_version": target_version}
+    check_version(emit["target"], target_version)
     keep = plan_keep(running, [before_spec], topo)
     before_pl = running_placement(mine, topo.name)
     if mine.stats is not None:  # regenerate the objects as they were printed, solver status included

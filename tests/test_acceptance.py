@@ -461,6 +461,7 @@ def test_volcano_before_1_14_gets_no_subgroup_policy_and_would_refuse_it():
         ("grove", "v0.1.0-alpha.9", "Grove before v0.1.0-alpha.10 has no pack.required"),
         ("kueue", "0.12", "Kueue before v0.13.0 has no PodSet slices"),
         ("lws", "v0.2.0", "LeaderWorkerSet before v0.3.0 has no startupPolicy"),
+        ("coscheduling", "0.24", "scheduler-plugins before v0.25 serves its PodGroup as scheduling.sigs.k8s.io"),
     ],
 )
 def test_a_release_older_than_supported_is_refused_naming_the_oldest(target, version, message):
@@ -532,3 +533,7 @@ def test_the_cli_takes_target_version_and_refuses_an_unsupported_release():
     refused = run("solve", AGG, SMALL, "--target", "volcano", "--target-version", "1.11")
     assert (refused.returncode, refused.stdout) == (2, "")
     assert "--target-version 1.11: Volcano before 1.12.0 has no networkTopology on PodGroups" in refused.stderr
+    assert "solving" not in refused.stderr  # refused before any work, as is a version that is no number:
+    garbage = run("solve", AGG, SMALL, "--target", "volcano", "--target-version", "garbage")
+    assert (garbage.returncode, garbage.stdout) == (2, "") and "solving" not in garbage.stderr
+    assert "expected a release such as 1.14" in garbage.stderr

@@ -112,11 +112,7 @@ class Context:
 
     def require_version(self, product: str, oldest: str, why: str) -> None:
         """Refuse (bad input, exit 2) a --target-version older than the oldest release placer's output fits."""
-        if self.version_below(oldest):
-            raise InputError(
-                f"--target-version {self.target_version}: {product} before {oldest} {why}; placer supports "
-                f"{product} {oldest} and later"
-            )
+        require_version(self.target_version, product, oldest, why)
 
     @cached_property
     def levels_present(self) -> list[str]:
@@ -160,6 +156,15 @@ class Context:
             STATUS_ANNOTATION: json.dumps(status_record(self.placement.stats), sort_keys=True, separators=(",", ":")),
             CLUSTER_ANNOTATION: self.placement.cluster,
         }
+
+
+def require_version(version: str | None, product: str, oldest: str, why: str) -> None:
+    """Refuse (bad input, exit 2) a --target-version older than ``oldest``, the first release placer's output
+    fits (each target's ``REQUIRES``)."""
+    if version is not None and version_key(version) < version_key(oldest):
+        raise InputError(
+            f"--target-version {version}: {product} before {oldest} {why}; placer supports {product} {oldest} and later"
+        )
 
 
 def version_key(release: str) -> tuple[int, ...]:

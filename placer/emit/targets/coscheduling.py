@@ -18,6 +18,9 @@ from placer.model.placement import ReplicaPlacement
 
 DESCRIPTION = "kube-scheduler + scheduler-plugins coscheduling PodGroup, StatefulSets of one pinned by node affinity"
 SCHEDULER = "scheduler-plugins-scheduler"
+# The PodGroup's API group is scheduling.x-k8s.io from v0.25 (scheduling.sigs.k8s.io before); the oldest
+# release the suite checks is v0.25.7 (tests/data/crds/upstream/scheduler-plugins-v0.25.7).
+REQUIRES = ("scheduler-plugins", "v0.25", "serves its PodGroup as scheduling.sigs.k8s.io, not scheduling.x-k8s.io")
 
 
 def pod_group(ctx: Context, rep: ReplicaPlacement, members: int | None = None) -> dict[str, Any]:
@@ -34,6 +37,7 @@ def pod_group(ctx: Context, rep: ReplicaPlacement, members: int | None = None) -
 
 
 def build(ctx: Context) -> list[dict]:
+    ctx.require_version(*REQUIRES)
     docs: list[dict] = []
     scheduler = ctx.spec.scheduling.scheduler_name
     for rep in ctx.placement.replicas:

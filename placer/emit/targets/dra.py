@@ -152,11 +152,16 @@ def claimed_pod(
     }
 
 
+# --target-version names the Kubernetes release for this target: DRA is kube-scheduler's.
+REQUIRES = (
+    "Kubernetes",
+    "1.34",
+    "serves no resource.k8s.io/v1 (DRA is GA from 1.34; 1.32-1.33 have only v1beta1/v1beta2)",
+)
+
+
 def build(ctx: Context) -> list[dict]:
-    # --target-version names the Kubernetes release for this target: DRA is kube-scheduler's.
-    ctx.require_version(
-        "Kubernetes", "1.34", "serves no resource.k8s.io/v1 (DRA is GA from 1.34; 1.32-1.33 have only v1beta1/v1beta2)"
-    )
+    ctx.require_version(*REQUIRES)
     docs: list[dict] = []
     scheduler = ctx.spec.scheduling.scheduler_name  # the gang is the coscheduling PodGroup
     for rep in ctx.placement.replicas:

@@ -54,6 +54,7 @@ DESCRIPTION = "Grove PodCliqueSet per replica: cliques per role, scaling group p
 # host). A socket packs at its host: no node label names a NUMA node.
 GROVE_DOMAIN = {"socket": "host", "node": "host", "nvlink-domain": "nvlink-domain", "rack": "rack", "leaf": "block"}
 OLDEST = "v0.1.0-alpha.10"  # first release with pack.required (packDomain is refused on create since)
+REQUIRES = ("Grove", OLDEST, "has no pack.required (and refuses packDomain on new workloads since)")
 MAX_POD_NAME_PARTS = 45  # Grove's webhook: PodCliqueSet + scaling group + clique name lengths
 
 
@@ -237,7 +238,7 @@ def pod_clique_set(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
 
 
 def build(ctx: Context) -> list[dict]:
-    ctx.require_version("Grove", OLDEST, "has no pack.required (and refuses packDomain on new workloads since)")
+    ctx.require_version(*REQUIRES)
     ctx.hosts = grove_leader_host
     docs: list[dict] = [] if ctx.spec.scheduling.topology else [binding_doc(ctx)]
     for rep in ctx.placement.replicas:

@@ -44,6 +44,7 @@ SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 GROUP_ANNOTATION = "pod-group-name"
 TOPOLOGY_API = "kai.scheduler/v1alpha1"  # the only version KAI serves (v0.12.0 to main)
 OLDEST = "v0.15.0"  # first release whose pod-grouper honours skip-podgrouper (Topology, subgroup parents: v0.12.0)
+REQUIRES = ("KAI-Scheduler", OLDEST, "has no kai.scheduler/skip-podgrouper")
 SKIP_PODGROUPER = "kai.scheduler/skip-podgrouper"
 
 
@@ -119,7 +120,7 @@ def pod_group(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
 
 
 def build(ctx: Context) -> list[dict]:
-    ctx.require_version("KAI-Scheduler", OLDEST, "has no kai.scheduler/skip-podgrouper")
+    ctx.require_version(*REQUIRES)
     docs: list[dict] = [] if ctx.spec.scheduling.topology else [topology_doc(ctx)]
     scheduler = ctx.scheduler(SCHEDULER)
     queue = {QUEUE_LABEL: ctx.queue(QUEUE)}

@@ -61,6 +61,7 @@ SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
 POD_INDEX = "kueue.x-k8s.io/pod-group-pod-index"
 PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
 OLDEST = "v0.13.0"  # first release with PodSet slices and podset-group-name
+REQUIRES = ("Kueue", OLDEST, "has no PodSet slices for plain Pod groups")
 
 
 def roles(rep: ReplicaPlacement) -> dict[str, list[tuple[InstancePlacement, int]]]:
@@ -177,7 +178,7 @@ def deployment_of_one(
 
 
 def build(ctx: Context) -> list[dict]:
-    ctx.require_version("Kueue", OLDEST, "has no PodSet slices for plain Pod groups")
+    ctx.require_version(*REQUIRES)
     ctx.hosts = kueue_leader_host
     docs: list[dict] = []
     scheduler = ctx.scheduler(None)

@@ -37,6 +37,7 @@ from placer.model.placement import InstancePlacement, ReplicaPlacement
 
 DESCRIPTION = "LeaderWorkerSet per instance (leader and workers pinned) under the coscheduling gang"
 OLDEST = "v0.3.0"  # first release with startupPolicy (LeaderCreated)
+REQUIRES = ("LeaderWorkerSet", OLDEST, "has no startupPolicy")
 
 
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"  # LWS labels every pod with its index (leader: 0)
@@ -110,7 +111,7 @@ def leader_worker_set(
 
 
 def build(ctx: Context) -> list[dict]:
-    ctx.require_version("LeaderWorkerSet", OLDEST, "has no startupPolicy")
+    ctx.require_version(*REQUIRES)
     ctx.hosts = lws_leader_host
     docs: list[dict] = []
     scheduler = ctx.spec.scheduling.scheduler_name  # the gang is the coscheduling PodGroup

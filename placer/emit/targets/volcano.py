@@ -33,6 +33,7 @@ SCHEDULER = "volcano"
 QUEUE = "default"
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 OLDEST = "1.12.0"  # first release with networkTopology on PodGroups
+REQUIRES = ("Volcano", OLDEST, "has no networkTopology on PodGroups")
 SUBGROUPS = "1.14.0"  # first release with subGroupPolicy
 
 
@@ -100,7 +101,7 @@ def pod_group(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
 
 
 def build(ctx: Context) -> list[dict]:
-    ctx.require_version("Volcano", OLDEST, "has no networkTopology on PodGroups")
+    ctx.require_version(*REQUIRES)
     docs: list[dict] = []
     scheduler = ctx.scheduler(SCHEDULER)
     for rep in ctx.placement.replicas:
