@@ -487,3 +487,15 @@ def test_an_output_device_that_fails_fails_the_run_before_anything_is_printed(
     assert proc.returncode == 2, proc.stderr.decode()
     assert proc.stdout == b"", proc.stdout[:200]
     assert b"/dev/full: cannot write" in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr.decode()
+
+
+@pytest.mark.skipif(not Path("/sys/kernel").is_dir(), reason="needs Linux sysfs, where nobody can create a file")
+def test_an_output_where_no_file_can_be_created_is_refused_before_solving():
+    """Permission bits do not say (root passes every access check): placer creates and removes a file where
+    the output's temporary will go before it solves, so the run fails at once, not after the solve."""
+    proc = run_bytes("solve", SPEC, CLUSTER, "--placement", "/sys/kernel/placer-probe.json")
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and proc.stdout == b"", err
+    assert "--placement /sys/kernel/placer-probe.json: cannot write" in err
+    assert "solving" not in err
+    assert not any(p.name.startswith(".placer-probe-") for p in Path("/sys/kernel").iterdir())

@@ -52,11 +52,24 @@ def check_output(path: Path | str, option: str = "", inputs: Iterable[Path | str
         parent = Path(os.path.realpath(path)).parent
         if not parent.is_dir():
             raise InputError(f"{_label(path, option)}: cannot write (directory {parent} does not exist)") from None
+        _probe(path, option, parent)
         return
     except OSError as exc:
         raise InputError(f"{_label(path, option)}: cannot write ({_reason(exc)})") from None
     if stat.S_ISDIR(info.st_mode):
         raise InputError(f"{_label(path, option)}: cannot write: it is a directory")
+    if stat.S_ISREG(info.st_mode):
+        _probe(path, option, Path(os.path.realpath(path)).parent)
+
+
+def _probe(path: Path | str, option: str, parent: Path) -> None:
+    """Create and remove a file where the output's temporary will go: permissions alone do not say (root
+    passes every access check, yet cannot create a file in /sys or on a read-only mount)."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".placer-probe-"):
+            pass
+    except OSError as exc:
+        raise InputError(f"{_label(path, option)}: cannot write ({_reason(exc)})") from None
 
 
 def _same_file(out: Path | str, source: Path | str) -> bool:
