@@ -90,6 +90,11 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     ),
     "cluster-gpu-count-true.yaml": ("cluster", 9, "nodeClasses.dgx-h100.gpus.count: expected an integer"),
     # from the audits of 2026-11-28
+    "spec-cpu-not-a-quantity.yaml": (
+        "spec",
+        14,
+        "pools.aggregated.template.resources.requests: cpu 'abc' is not a Kubernetes quantity",
+    ),
     "spec-env-reserved.yaml": (
         "spec",
         15,

@@ -172,8 +172,8 @@ class Resources(_Model):
             if key == "nvidia.com/gpu":
                 raise ValueError("nvidia.com/gpu is set by placer from the placement; remove it")
             k8s.check_label_key(key)
-            k8s.parse_quantity(qty)
-            try:
+            try:  # the message names the key: the field path ends at requests / limits
+                k8s.parse_quantity(qty)
                 {"cpu": k8s.check_cpu, "memory": k8s.check_memory}.get(key, str)(qty)
             except ValueError as exc:
                 raise ValueError(f"{key} {exc}") from None
