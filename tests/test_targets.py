@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_in_process import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from k8s_acceptance import assert_accepted, made_pods
@@ -482,3 +483,44 @@ def test_foreign_or_broken_manifests_name_the_file_and_what_is_missing(multinode
             notes["placer.dev/spec"] = json.dumps(changed)
     with pytest.raises(InputError, match=r"different placer.dev/spec annotations: give one placement"):
         _read(tmp_path, cos + other)
+
+
+@pytest.mark.parametrize("target", [t for t in TARGETS if t != "dra"])
+def test_a_token_stays_in_its_secret(target, tmp_path):
+    """env valueFrom (secretKeyRef) and envFrom (secretRef) reach every engine container as references,
+    accepted by upstream; no value is copied anywhere, placer's spec annotation included."""
+    doc = yaml.safe_load((ROOT / "fixtures" / "specs" / "aggregated-tp8.yaml").read_text())
+    template = doc["pools"]["aggregated"]["template"]
+    template["env"] = [
+        *template.get("env", []),
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token-secret", "key": "token"}}},
+    ]
+    template["envFrom"] = [{"secretRef": {"name": "engine-env", "optional": True}}]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    out = run("solve", spec, ROOT / "fixtures" / "clusters" / "small-mixed.yaml", "-q", "-t", target)
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    assert_accepted(docs)
+    engines = [c for d in docs for c in _containers(d) if c["image"] == template["image"]]
+    assert engines
+    for c in engines:
+        assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token-secret", "key": "token"}}} in c[
+            "env"
+        ]
+        assert c["envFrom"] == [{"secretRef": {"name": "engine-env", "optional": True}}]
+
+
+def _containers(value) -> list[dict]:
+    """Every container anywhere in an object (pod templates, LWS leader/worker templates, Grove cliques,
+    Dynamo components)."""
+    if isinstance(value, list):
+        return [c for v in value for c in _containers(v)]
+    if not isinstance(value, dict):
+        return []
+    here = (
+        [c for c in value.get("containers", []) if isinstance(c, dict)]
+        if isinstance(value.get("containers"), list)
+        else []
+    )
+    return here + [c for k, v in value.items() if k != "containers" for c in _containers(v)]

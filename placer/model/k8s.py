@@ -42,6 +42,17 @@ _SUFFIX = {
 }
 
 
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")  # a Secret's or ConfigMap's data key
+
+
+def check_object_name(value: str, what: str) -> str:
+    """A Secret's or ConfigMap's name: a DNS-1123 subdomain (at most 253 characters)."""
+    if len(value) > 253 or not DNS1123_SUBDOMAIN.fullmatch(value):
+        raise ValueError(f"{what} {value!r} is not a Kubernetes object name (lower-case DNS subdomain)")
+    return value
+
+
 def check_dns_label(value: str, what: str = "name", max_len: int = 63) -> str:
     if len(value) > max_len or not DNS1123_LABEL.fullmatch(value):
         raise ValueError(

@@ -143,9 +143,87 @@ class Placement(_Model):
 RESERVED_ENV_PREFIX = "PLACER_"  # placer.model.engines: RANK_ENV, PODS_ENV, LEADER_ENV
 
 
+class KeyRef(_Model):
+    """One key of a Secret or ConfigMap in the deployment's namespace."""
+
+    name: str
+    key: str
+    optional: bool | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _object(cls, v: str) -> str:
+        return k8s.check_object_name(v, "name")
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        if len(v) > 253 or not k8s.CONFIG_KEY.fullmatch(v):
+            raise ValueError(f"key {v!r} must match [-._a-zA-Z0-9]+ (at most 253)")
+        return v
+
+
+class EnvSource(_Model):
+    """Where an env value comes from, so that a token is a reference in the manifests (and in placer's spec
+    annotation), never its value."""
+
+    secret_key_ref: KeyRef | None = None
+    config_map_key_ref: KeyRef | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> EnvSource:
+        if (self.secret_key_ref is None) == (self.config_map_key_ref is None):
+            raise ValueError("give exactly one of secretKeyRef and configMapKeyRef")
+        return self
+
+
+class NameRef(_Model):
+    name: str
+    optional: bool | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _object(cls, v: str) -> str:
+        return k8s.check_object_name(v, "name")
+
+
+class EnvFrom(_Model):
+    """Every key of a Secret or ConfigMap as env (``envFrom``), e.g. an ``hf-token-secret`` holding HF_TOKEN."""
+
+    secret_ref: NameRef | None = None
+    config_map_ref: NameRef | None = None
+    prefix: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> EnvFrom:
+        if (self.secret_ref is None) == (self.config_map_ref is None):
+            raise ValueError("give exactly one of secretRef and configMapRef")
+        if self.prefix is not None and not k8s.ENV_NAME.fullmatch(self.prefix):
+            raise ValueError(f"prefix {self.prefix!r} must match [-._a-zA-Z][-._a-zA-Z0-9]*")
+        if self.prefix is not None and self.prefix.startswith(RESERVED_ENV_PREFIX):
+            raise ValueError(f"prefix {self.prefix!r} is reserved: placer sets the {RESERVED_ENV_PREFIX}* variables")
+        return self
+
+    def manifest(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
 class EnvVar(_Model):
     name: str
-    value: str
+    value: str | None = None
+    value_from: EnvSource | None = Field(
+        default=None, description="secretKeyRef or configMapKeyRef {name, key}: a token stays in its Secret."
+    )
+
+    @model_validator(mode="after")
+    def _one(self) -> EnvVar:
+        if (self.value is None) == (self.value_from is None):
+            raise ValueError(f"env {self.name}: give exactly one of value and valueFrom")
+        return self
+
+    def manifest(self) -> dict[str, Any]:
+        """The container's env entry."""
+        return self.model_dump(by_alias=True, exclude_none=True)
 
     @field_validator("name")
     @classmethod
@@ -204,6 +282,7 @@ class ContainerTemplate(_Model):
     command: list[str] = Field(default_factory=list)
     args: list[str] = Field(default_factory=list)
     env: list[EnvVar] = Field(default_factory=list)
+    env_from: list[EnvFrom] = Field(default_factory=list)
     resources: Resources = Field(default_factory=Resources)
     ports: list[Port] = Field(default_factory=list)
 

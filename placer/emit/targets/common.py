@@ -279,7 +279,7 @@ def engine_container(
     env = placer_env(inst, rank, leader)  # first: a user's env value may reference it as $(PLACER_POD_RANK)
     given = {e.name for e in t.env}
     env += [e for e in engines.preset_env(ctx.spec, inst.pool) if e["name"] not in given]
-    env += [{"name": e.name, "value": e.value} for e in t.env]
+    env += [e.manifest() for e in t.env]
     if ctx.nccl:
         chosen = nccl.instance_settings(ctx.spec, ctx.topo, inst, ctx.exact_gpus) if settings is None else settings
         env += [{"name": s.name, "value": s.value} for s in chosen]
@@ -289,6 +289,8 @@ def engine_container(
     if claims:
         resources["claims"] = [{"name": c} for c in claims]
     container: dict[str, Any] = {"name": "engine", "image": t.image, "env": env, "resources": resources}
+    if t.env_from:
+        container["envFrom"] = [x.manifest() for x in t.env_from]
     own_rank = rank if isinstance(rank, int) else None  # a label name: one template for several ranks
     engines.check_instance(ctx.spec, inst, dynamo_worker)
     preset = engines.engine_spec(ctx.spec, inst.pool, len(inst.pods), own_rank, dynamo_worker)

@@ -132,7 +132,7 @@ def router_container(ctx: Context, replica: int, frontend: bool = False) -> dict
     if args:
         container["args"] = args
     if router.env:
-        container["env"] = [{"name": e.name, "value": e.value} for e in router.env]
+        container["env"] = [e.manifest() for e in router.env]
     container["ports"] = [{"name": "http", "containerPort": router.port}]
     container["resources"] = {"requests": {"cpu": router.cpu, "memory": router.memory}}
     return container | router_probes(kind)
