@@ -524,3 +524,40 @@ def _containers(value) -> list[dict]:
         else []
     )
     return here + [c for k, v in value.items() if k != "containers" for c in _containers(v)]
+
+
+def _pod_specs(value) -> list[dict]:
+    """Every pod spec anywhere in an object (any dict holding a list of containers)."""
+    if isinstance(value, list):
+        return [p for v in value for p in _pod_specs(v)]
+    if not isinstance(value, dict):
+        return []
+    here = [value] if isinstance(value.get("containers"), list) else []
+    return here + [p for v in value.values() for p in _pod_specs(v)]
+
+
+@pytest.mark.parametrize("target", [t for t in TARGETS if t != "dra"])
+def test_every_engine_gets_a_memory_backed_dev_shm(target, tmp_path):
+    """The runtime's /dev/shm is 64 MiB; vLLM's guide mounts a Memory emptyDir there. template.shmSize sets
+    its size, '0' leaves the runtime's."""
+    doc = yaml.safe_load((ROOT / "fixtures" / "specs" / "tp16-multinode.yaml").read_text())
+    image = doc["pools"]["aggregated"]["template"]["image"]
+    cluster = ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"
+    for size in ("8Gi", "0"):
+        doc["pools"]["aggregated"]["template"]["shmSize"] = size
+        spec = tmp_path / f"spec-{size}.yaml"
+        spec.write_text(yaml.safe_dump(doc))
+        out = run("solve", spec, cluster, "-q", "-t", target)
+        assert out.returncode == 0, out.stderr
+        docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+        assert_accepted(docs)
+        pods = [p for d in docs for p in _pod_specs(d) if any(c["image"] == image for c in p["containers"])]
+        assert pods
+        for pod in pods:
+            mounts = [m for c in pod["containers"] for m in c.get("volumeMounts", []) if m["mountPath"] == "/dev/shm"]
+            volumes = {v["name"]: v for v in pod.get("volumes", [])}
+            if size == "0":
+                assert not mounts
+                continue
+            assert len(mounts) == 1
+            assert volumes[mounts[0]["name"]]["emptyDir"] == {"medium": "Memory", "sizeLimit": size}

@@ -285,6 +285,11 @@ class ContainerTemplate(_Model):
     env_from: list[EnvFrom] = Field(default_factory=list)
     resources: Resources = Field(default_factory=Resources)
     ports: list[Port] = Field(default_factory=list)
+    shm_size: MemoryQuantity = Field(
+        default="2Gi",
+        description="A memory-backed /dev/shm for the engine (the container runtime's default is 64 MiB; vLLM's "
+        "and NCCL's shared-memory transports need more). '0' leaves the runtime's default.",
+    )
 
     @field_validator("image")
     @classmethod

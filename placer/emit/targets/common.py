@@ -289,6 +289,8 @@ def engine_container(
     if claims:
         resources["claims"] = [{"name": c} for c in claims]
     container: dict[str, Any] = {"name": "engine", "image": t.image, "env": env, "resources": resources}
+    if k8s.parse_quantity(t.shm_size) > 0:
+        container["_shm"] = t.shm_size  # taken off by with_shm, which adds the volume beside it
     if t.env_from:
         container["envFrom"] = [x.manifest() for x in t.env_from]
     own_rank = rank if isinstance(rank, int) else None  # a label name: one template for several ranks
@@ -320,9 +322,26 @@ def placer_env(inst: InstancePlacement, rank: int | str | None, leader: str | No
 
 
 def pod_spec(ctx: Context, container: dict[str, Any], hosts: list[str], scheduler: str | None) -> dict[str, Any]:
+    """An engine pod's spec: the container, its /dev/shm, pinned to ``hosts``."""
     spec: dict[str, Any] = {"restartPolicy": "Always", "affinity": affinity(hosts), "containers": [container]}
     if scheduler is not None:
         spec["schedulerName"] = scheduler
+    return with_shm(spec, container)
+
+
+SHM_VOLUME = "dshm"
+
+
+def with_shm(spec: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
+    """A memory-backed /dev/shm of the pool's ``template.shmSize`` (placed on the container by
+    engine_container as ``_shm``): the runtime's 64 MiB default is too small for vLLM's shared-memory
+    broadcast and NCCL's SHM transport, and vLLM's Kubernetes guide mounts one."""
+    size = container.pop("_shm", None)
+    if size is None:
+        return spec
+    container["volumeMounts"] = [*container.get("volumeMounts", []), {"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+    volume = {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": size}}
+    spec["volumes"] = [*spec.get("volumes", []), volume]
     return spec
 
 

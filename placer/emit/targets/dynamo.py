@@ -35,6 +35,7 @@ from placer.emit.targets.common import (
     engine_container,
     hostname,
     labels,
+    with_shm,
 )
 from placer.emit.targets.nccl import instance_settings
 from placer.emit.targets.router import router_container
@@ -117,6 +118,7 @@ def _pool_component(ctx: Context, rep: ReplicaPlacement, pool: str, members: lis
     sched = ctx.scheduler(None)
     if sched:
         spec["schedulerName"] = sched
+    with_shm(spec, container)
     placed = {str(i.index): ";".join(f"{p.node}:{','.join(map(str, p.gpus))}" for p in i.pods) for i in members}
     domains = {str(i.index): ctx.instance_domain(rep.index, i) for i in members}
     notes = {
