@@ -502,7 +502,7 @@ def test_a_token_stays_in_its_secret(target, tmp_path):
     assert out.returncode == 0, out.stderr
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
     assert_accepted(docs)
-    engines = [c for d in docs for c in _containers(d) if c["image"] == template["image"]]
+    engines = [c for d in docs for c in _containers(d) if _gpus(c)]
     assert engines
     for c in engines:
         assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token-secret", "key": "token"}}} in c[
@@ -541,7 +541,6 @@ def test_every_engine_gets_a_memory_backed_dev_shm(target, tmp_path):
     """The runtime's /dev/shm is 64 MiB; vLLM's guide mounts a Memory emptyDir there. template.shmSize sets
     its size, '0' leaves the runtime's."""
     doc = yaml.safe_load((ROOT / "fixtures" / "specs" / "tp16-multinode.yaml").read_text())
-    image = doc["pools"]["aggregated"]["template"]["image"]
     cluster = ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"
     for size in ("8Gi", "0"):
         doc["pools"]["aggregated"]["template"]["shmSize"] = size
@@ -551,7 +550,7 @@ def test_every_engine_gets_a_memory_backed_dev_shm(target, tmp_path):
         assert out.returncode == 0, out.stderr
         docs = [d for d in yaml.safe_load_all(out.stdout) if d]
         assert_accepted(docs)
-        pods = [p for d in docs for p in _pod_specs(d) if any(c["image"] == image for c in p["containers"])]
+        pods = [p for d in docs for p in _pod_specs(d) if any(_gpus(c) for c in p["containers"])]
         assert pods
         for pod in pods:
             mounts = [m for c in pod["containers"] for m in c.get("volumeMounts", []) if m["mountPath"] == "/dev/shm"]
@@ -561,3 +560,41 @@ def test_every_engine_gets_a_memory_backed_dev_shm(target, tmp_path):
                 continue
             assert len(mounts) == 1
             assert volumes[mounts[0]["name"]]["emptyDir"] == {"medium": "Memory", "sizeLimit": size}
+
+
+def test_dynamo_workers_run_in_dynamos_runtime_image(tmp_path):
+    """`python3 -m dynamo.vllm` is not in vLLM's own image: a preset engine run as a Dynamo worker (--target
+    dynamo, or router.kind dynamo under any target) gets Dynamo's runtime image for its engine; an image
+    that is neither vLLM's nor SGLang's upstream one (a Dynamo runtime, one built on it) stays."""
+    from placer.model.engines import DYNAMO_RUNTIME
+
+    cluster = ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"
+    disagg = ROOT / "fixtures" / "specs" / "llama-70b-disagg.yaml"
+    out = run("solve", disagg, cluster, "-q", "-t", "dynamo")
+    assert out.returncode == 0, out.stderr
+    workers = [
+        c
+        for d in yaml.safe_load_all(out.stdout)
+        if d
+        for c in _containers(d)
+        if c.get("command", [])[:2] == ["python3", "-m"]
+    ]
+    assert workers and {c["image"] for c in workers} == {DYNAMO_RUNTIME["vllm"]}
+    doc = yaml.safe_load(disagg.read_text())
+    doc["router"]["kind"] = "dynamo"
+    for pool in doc["pools"].values():
+        pool["template"]["image"] = "registry.example.com/team/dynamo-vllm:1.5.0-patched"
+    own = tmp_path / "own.yaml"
+    own.write_text(yaml.safe_dump(doc))
+    kept = run("solve", own, cluster, "-q")  # coscheduling, router.kind dynamo: engines are Dynamo workers
+    assert kept.returncode == 0, kept.stderr
+    engines = [
+        c for d in yaml.safe_load_all(kept.stdout) if d for c in _containers(d) if "dynamo.vllm" in c.get("command", [])
+    ]
+    assert engines and {c["image"] for c in engines} == {"registry.example.com/team/dynamo-vllm:1.5.0-patched"}
+
+
+def _gpus(container: dict) -> bool:
+    """An engine container: it asks for GPUs (routers and frontends do not)."""
+    resources = container.get("resources", {})
+    return "nvidia.com/gpu" in resources.get("limits", {}) or "nvidia.com/gpu" in resources.get("requests", {})

@@ -162,6 +162,31 @@ def engine_port(template: Any) -> int:
     return DEFAULT_PORT[template.engine]
 
 
+# Dynamo's runtime images (ai-dynamo release artifacts: one <engine>-runtime image per backend and release),
+# at the release the router preset pins for the frontend.
+DYNAMO_RELEASE = "1.5.0"
+DYNAMO_RUNTIME = {
+    "vllm": f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{DYNAMO_RELEASE}",
+    "sglang": f"nvcr.io/nvidia/ai-dynamo/sglang-runtime:{DYNAMO_RELEASE}",
+}
+# The engines' own upstream images, which lack Dynamo's worker modules (python3 -m dynamo.<engine>).
+PLAIN_ENGINE_IMAGES = {
+    "vllm": ("vllm/vllm-openai", "docker.io/vllm/vllm-openai"),
+    "sglang": ("lmsysorg/sglang", "docker.io/lmsysorg/sglang"),
+}
+
+
+def worker_image(engine: str, image: str) -> str:
+    """The image a preset engine runs in as a Dynamo worker: the engine's upstream image cannot run
+    ``python3 -m dynamo.<engine>``, so it becomes Dynamo's runtime image for that engine; any other image
+    (a Dynamo runtime, one built on it) is the user's choice and stays."""
+    name = image.split("@", 1)[0]  # without a digest
+    repository = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name  # without a tag
+    if repository in PLAIN_ENGINE_IMAGES.get(engine, ()):
+        return DYNAMO_RUNTIME[engine]
+    return image
+
+
 def dynamo_workers(spec: Any, target_dynamo: bool = False) -> bool:
     """Engines run as Dynamo workers: ``router.kind: dynamo``, or ``--target dynamo`` (a graph's frontend
     is Dynamo's, which finds only Dynamo workers)."""

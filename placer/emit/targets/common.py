@@ -297,6 +297,8 @@ def engine_container(
     engines.check_instance(ctx.spec, inst, dynamo_worker)
     preset = engines.engine_spec(ctx.spec, inst.pool, len(inst.pods), own_rank, dynamo_worker)
     if preset is not None:  # template.engine: placer's command, flags, port and probes (engines.py)
+        if engines.dynamo_workers(ctx.spec, dynamo_worker):  # the command is Dynamo's worker: its image
+            container["image"] = engines.worker_image(t.engine, t.image)
         return container | preset
     if t.command:
         container["command"] = list(t.command)

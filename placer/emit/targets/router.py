@@ -26,7 +26,7 @@ from placer.model.placement import ReplicaPlacement
 ROUTER_IMAGES = {
     "sglang": "lmsysorg/sglang:v0.5.5",
     "vllm": "vllm/vllm-router:v0.1.17",
-    "dynamo": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.0",
+    "dynamo": engines.DYNAMO_RUNTIME["vllm"],  # every Dynamo runtime image has the frontend
 }
 ROUTER_COMMAND = {
     "sglang": ["python3", "-m", "sglang_router.launch_router"],
