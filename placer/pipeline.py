@@ -115,7 +115,8 @@ def run_solve(
     """``target`` / ``nccl`` choose the manifests (emit.build_manifests; default: coscheduling);
     ``namespace`` replaces the spec's, so objects, the record and the spec annotation all carry it."""
     from placer.emit.manifests import build_manifests
-    from placer.emit.targets import DEFAULT_TARGET, check_version
+    from placer.emit.targets import DEFAULT_TARGET
+    from placer.emit.targets.versions import check_version
     from placer.model.load import load_cluster, load_spec
     from placer.solver.solve import solve
 
@@ -275,7 +276,7 @@ def _run_fleet(
 ) -> FleetSolveResult:
     from placer.emit.manifests import build_manifests, without_repeats
     from placer.emit.readback import load_running
-    from placer.emit.targets import check_version
+    from placer.emit.targets.versions import check_version
     from placer.model.errors import InputError
     from placer.model.load import load_cluster, load_specs, locate
     from placer.solver.fleet import Deployment, check_unique, solve_fleet
@@ -455,7 +456,7 @@ def run_autoscale(
     moving what runs (and, with ``allow_moves``, not even re-placing the deployment whole)."""
     from placer.emit.manifests import build_manifests
     from placer.emit.readback import load_running
-    from placer.emit.targets import check_version
+    from placer.emit.targets.versions import check_version
     from placer.model.errors import InfeasibleError, InputError
     from placer.model.load import load_cluster, load_spec, locate
     from placer.model.running import running_placement

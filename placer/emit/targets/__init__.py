@@ -20,16 +20,3 @@ def builder(target: str):
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     return importlib.import_module(f"placer.emit.targets.{target}").build
-
-
-def check_version(target: str, version: str | None) -> None:
-    """``--target-version`` before any solving: a release number, and not older than the oldest release the
-    target's output fits (its module's ``REQUIRES``; dynamo has no release to compare with)."""
-    from placer.emit.targets.common import require_version, version_key
-
-    if version is None:
-        return
-    version_key(version)
-    requires = getattr(importlib.import_module(f"placer.emit.targets.{target}"), "REQUIRES", None)
-    if requires is not None:
-        require_version(version, *requires)

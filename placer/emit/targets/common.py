@@ -8,13 +8,13 @@ names); documents are plain dicts serialised by PyYAML or json, never string tem
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from placer.check.verify import Report
 from placer.emit.targets import nccl
+from placer.emit.targets.versions import require_version, version_key
 from placer.model import engines, k8s
 from placer.model.engines import LEADER_ENV, PODS_ENV, RANK_ENV
 from placer.model.errors import InputError
@@ -156,23 +156,6 @@ class Context:
             STATUS_ANNOTATION: json.dumps(status_record(self.placement.stats), sort_keys=True, separators=(",", ":")),
             CLUSTER_ANNOTATION: self.placement.cluster,
         }
-
-
-def require_version(version: str | None, product: str, oldest: str, why: str) -> None:
-    """Refuse (bad input, exit 2) a --target-version older than ``oldest``, the first release placer's output
-    fits (each target's ``REQUIRES``)."""
-    if version is not None and version_key(version) < version_key(oldest):
-        raise InputError(
-            f"--target-version {version}: {product} before {oldest} {why}; placer supports {product} {oldest} and later"
-        )
-
-
-def version_key(release: str) -> tuple[int, ...]:
-    """Release order by its numbers: v1.13.0 < 1.14; v0.1.0-alpha.9 < v0.1.0-alpha.10 (pre-releases only)."""
-    numbers = tuple(int(n) for n in re.findall(r"\d+", release))
-    if not numbers:
-        raise InputError(f"--target-version {release!r}: expected a release such as 1.14 or v0.1.0-alpha.10")
-    return numbers + (0,) * (4 - len(numbers))  # 1.12 == 1.12.0
 
 
 # A cluster's shared objects (KAI Topology, Grove ClusterTopologyBinding, --topology-objects) are labelled as
