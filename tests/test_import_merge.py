@@ -146,7 +146,7 @@ def test_nccl_tests_figure_attaches_to_the_domain_the_test_spanned() -> None:
             "domain": "leaf/default",
             "bandwidthGBps": 42.352,
             "source": "nccl-tests (nccl-tests-allreduce-gcp-a3mega-h100-2node.txt): busbw 338.82 GB/s at "
-            "8589934592 B, 16 ranks on 2 node(s), over 8 rails per node: 42.352 GB/s per rail",
+            "8589934592 B, 16 ranks on 2 node(s), over 8 rail(s) per node: 42.352 GB/s per rail",
         }
     ]
     assert result.topology.crossing["leaf/default"] == (42.352, 2.0)
@@ -357,3 +357,22 @@ def test_names_reach_nodes_through_short_names_and_ambiguous_ones_do_not(tmp_pat
         "default": 2,
     }
     assert any(n.text == "pattern 'gpu-2' matches no node; file not used" for n in result.report.notes)
+
+
+def test_a_test_with_one_rank_per_node_drove_one_rail(tmp_path) -> None:
+    """Ranks drive their own rails: 2 ranks on 2 nodes used one rail each, so the figure stays the busbw
+    (dividing by all 8 rails would make the network look 8 times slower)."""
+    lines = GCP.read_text().splitlines(keepends=True)
+    kept = [ln for ln in lines if not ln.startswith("#  Rank") or ln.split()[2] in ("0", "8")]
+    one = tmp_path / "one-rank-per-node.txt"
+    one.write_text("".join(kept))
+    result = import_cluster(
+        ImportOptions(
+            topo=(f"ztan-mig-235z={H200}", f"ztan-mig-gq73={H200}"),
+            nccl_tests=(one,),
+            gpu_product="NVIDIA-H100-80GB-HBM3",
+        )
+    )
+    (override,) = result.document["overrides"]
+    assert override["bandwidthGBps"] == 338.82
+    assert "2 ranks on 2 node(s), over 1 rail(s) per node" in override["source"]

@@ -209,9 +209,9 @@ def nccl_overrides(
 
     An override is a figure per lane, as every fabric figure is (placer.topology.cost): a GPU pair inside a
     box, one rail on the network, where a transfer stripes over the node's rails. A test across nodes drives
-    every rail at once and reports the node's whole bus bandwidth, so over the network its figure is divided
-    by the rails per node (written as the busbw on the rails in ``source``); taken whole it would count the
-    rails twice, and a KV floor no network meets would pass."""
+    the rails its ranks sit on (one per rank, up to the node's rails) and reports their whole bus bandwidth,
+    so over the network its figure is divided by those rails (``source`` says how many); taken whole it would
+    count the rails twice, and a KV floor no network meets would pass."""
     notes: list[Note] = []
     by_domain: dict[str, dict[str, Any]] = {}
     index = {n.name: n.index for n in topo.nodes}
@@ -235,8 +235,10 @@ def nccl_overrides(
         )
         figure = busbw
         if topo.domains[domain].level in NETWORK_LEVELS:
-            figure = round(busbw / topo.rails_per_node, 3)
-            source += f", over {topo.rails_per_node} rails per node: {figure:g} GB/s per rail"
+            # a rank drives its own rail: a test with fewer ranks on a node than rails used only that many
+            rails = max(1, min(topo.rails_per_node, len(run.ranks) // len(run.hosts)))
+            figure = round(busbw / rails, 3)
+            source += f", over {rails} rail(s) per node: {figure:g} GB/s per rail"
         if domain in by_domain:
             ledger.conflicts.append(
                 f"overrides {domain}: {by_domain[domain]['bandwidthGBps']:g} GB/s from an earlier nccl-tests file, "

@@ -120,6 +120,8 @@ def parse_documents(text: str, source: str) -> list[tuple[Any, yaml.Node]]:
         except Exception as exc:  # noqa: BLE001 - PyYAML's constructors fail in many ways on explicit tags
             raise InputError(_construct_message(exc, node, source)) from None
         out.append((data, node))
+    if len(out) > 1:  # empty documents beside others (a trailing ---) do not count, as kubectl skips them;
+        out = [d for d in out if d[0] is not None] or out[:1]  # a lone one is still an empty document
     return out
 
 
@@ -299,8 +301,6 @@ def validation_message(exc: ValidationError, source: str, root: yaml.Node) -> st
 def load_model(path: Path, model: type[M]) -> M:
     """Load one document of ``model``'s kind from ``path``."""
     docs = parse_documents(read_text(path), str(path))
-    if len(docs) > 1:  # empty documents beside it (a trailing ---), which kubectl skips too
-        docs = [d for d in docs if d[0] is not None] or docs[:1]
     if len(docs) != 1:
         raise InputError(f"{path}: expected exactly one YAML document, found {len(docs)}")
     return validate_document(docs[0], str(path), model)
@@ -350,12 +350,8 @@ def load_specs(path: Path) -> list[tuple[ServingTopology, str]]:
     many = len(docs) > 1
     out = []
     for i, doc in enumerate(docs, start=1):
-        if many and doc[0] is None:
-            continue  # an empty document between or after specs (a trailing ---): kubectl skips it too
         source = f"{path}#{i}" if many else str(path)  # numbered as parse_documents counts, for locate
         out.append((validate_document(doc, source, ServingTopology), source))
-    if not out:
-        raise InputError(f"{path}: no spec in its {len(docs)} empty YAML documents")
     return out
 
 
