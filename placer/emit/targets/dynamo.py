@@ -35,7 +35,6 @@ from placer.emit.targets.common import (
     engine_container,
     hostname,
     labels,
-    with_shm,
 )
 from placer.emit.targets.nccl import instance_settings
 from placer.emit.targets.router import router_container
@@ -118,7 +117,9 @@ def _pool_component(ctx: Context, rep: ReplicaPlacement, pool: str, members: lis
     sched = ctx.scheduler(None)
     if sched:
         spec["schedulerName"] = sched
-    with_shm(spec, container)
+    # Dynamo's operator drops any /dev/shm mount of `main` and mounts its own tmpfs there, sized by the
+    # component's sharedMemorySize ("0": none; unset: 8Gi), so the pool's shmSize goes there instead.
+    container.pop("_shm", None)
     placed = {str(i.index): ";".join(f"{p.node}:{','.join(map(str, p.gpus))}" for p in i.pods) for i in members}
     domains = {str(i.index): ctx.instance_domain(rep.index, i) for i in members}
     notes = {
@@ -139,6 +140,7 @@ def _pool_component(ctx: Context, rep: ReplicaPlacement, pool: str, members: lis
             "spec": spec,
         },
     }
+    component["sharedMemorySize"] = ctx.spec.pools[pool].template.shm_size
     if nodes > 1:
         component["multinode"] = {"nodeCount": nodes}
     return component
