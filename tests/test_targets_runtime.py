@@ -323,3 +323,24 @@ def test_scheduling_options_reach_the_objects(agg_small):
 
 
 HOST_LABEL = "kubernetes.io/hostname"
+
+
+def test_explain_shows_the_nccl_settings_of_the_target_that_printed_the_manifests(tmp_path):
+    """Only dra's pods get an IMEX channel, so only its manifests ask for multi-node NVLink; explain, reading
+    them back, must show the same settings the pods carry."""
+    from test_dra_ids import with_gpu_ids
+
+    cluster = tmp_path / "gb200.yaml"
+    spec_path, plain = ROOT / "fixtures" / "specs" / "llama-70b-disagg.yaml", ROOT / "fixtures" / "clusters"
+    data = with_gpu_ids(load_cluster(plain / "gb200-nvl72-1008.yaml"))
+    cluster.write_text(yaml.safe_dump(data.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    for target, mnnvl in (("dra", True), ("kai", False)):
+        out = run("solve", spec_path, cluster, "-q", "-t", target)
+        assert out.returncode == 0, out.stderr
+        printed = tmp_path / f"{target}.yaml"
+        printed.write_text(out.stdout)
+        assert ("NCCL_MNNVL_ENABLE" in out.stdout) == mnnvl
+        shown = run("explain", printed, "-c", cluster, "-o", "json")
+        assert shown.returncode == 0, shown.stderr
+        names = {s["name"] for inst in json.loads(shown.stdout)["instances"] for s in inst["nccl"]}
+        assert ("NCCL_MNNVL_ENABLE" in names) == mnnvl, target

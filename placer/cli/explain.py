@@ -120,15 +120,15 @@ def _explain(
     except InputError as exc:
         raise locate(cluster_path, exc) from None
     check_against_cluster(placed_path, placed.placement, topo)
-    _show(placed.spec, topo, placed.placement, output, svg, baselines)
+    _show(placed.spec, topo, placed.placement, output, svg, baselines, placed.target)
 
 
-def _show(spec, topo, placement, output, svg: Path | None, baselines: bool) -> None:
+def _show(spec, topo, placement, output, svg: Path | None, baselines: bool, target: str | None = None) -> None:
     from placer.baselines import run_all
     from placer.explain.explanation import explain_placement, to_json
 
     compared = run_all(spec, topo) if baselines else []
-    ex = explain_placement(spec, topo, placement, compared)
+    ex = explain_placement(spec, topo, placement, compared, target)
     from placer.emit.files import Outputs
 
     with Outputs() as files:  # the picture appears only once the explanation is printed

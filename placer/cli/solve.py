@@ -245,7 +245,7 @@ def _print_plan(result, target: str, nccl: bool | None) -> None:
     from placer.explain.explanation import explain_placement
     from placer.explain.view import render
 
-    ex = render(explain_placement(result.spec, result.topology, result.placement))
+    ex = render(explain_placement(result.spec, result.topology, result.placement, target=target))
     with_nccl = (target != DEFAULT_TARGET) if nccl is None else nccl
     view = render_plan(ex, result.spec, result.topology, result.placement, target, result.manifests, with_nccl)
     tty = sys.stdout.isatty()

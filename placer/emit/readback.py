@@ -231,7 +231,7 @@ def _from_manifests(path: Path, docs: list[dict[str, Any]]) -> Placed:
         ),
         stats=stats.to_stats(),
     )
-    return Placed(spec, placement, "manifests")
+    return Placed(spec, placement, "manifests", target_of(docs))
 
 
 def _unit_instances(path: Path, unit: _Unit, spec: ServingTopology) -> list[InstancePlacement]:

@@ -124,9 +124,15 @@ class Explanation:
 
 
 def explain_placement(
-    spec: ServingTopology, topo: Topology, placement: Placement, baselines: list | None = None
+    spec: ServingTopology,
+    topo: Topology,
+    placement: Placement,
+    baselines: list | None = None,
+    target: str | None = None,
 ) -> Explanation:
-    """Everything explain shows, from the inputs alone (the checker recomputes every figure)."""
+    """Everything explain shows, from the inputs alone (the checker recomputes every figure). ``target``:
+    the --target the placement was printed for, where known; its NCCL settings are the ones shown (only
+    dra's pods get the IMEX channel multi-node NVLink needs)."""
     report = verify.check(spec, topo, placement)
     st = placement.stats
     ex = Explanation(
@@ -145,7 +151,8 @@ def explain_placement(
     costs = {(c.replica, c.pool, c.index): c for c in report.instances}
     for rep in placement.replicas:
         for inst in rep.instances:
-            ex.instances.append(_instance_view(spec, topo, rep.index, inst, costs[(rep.index, inst.pool, inst.index)]))
+            c = costs[(rep.index, inst.pool, inst.index)]
+            ex.instances.append(_instance_view(spec, topo, rep.index, inst, c, imex=target == "dra"))
         transfer = _transfer_view(spec, topo, rep)
         if transfer is not None:
             ex.transfers.append(transfer)
@@ -196,7 +203,12 @@ def unknown_hit_note(topo: Topology, placement: Placement) -> str | None:
 
 
 def _instance_view(
-    spec: ServingTopology, topo: Topology, replica: int, inst: InstancePlacement, c: verify.InstanceCost
+    spec: ServingTopology,
+    topo: Topology,
+    replica: int,
+    inst: InstancePlacement,
+    c: verify.InstanceCost,
+    imex: bool = False,
 ) -> InstanceView:
     pool = spec.pools[inst.pool]
     gpus = verify.gpus_of(topo, inst)
@@ -230,7 +242,9 @@ def _instance_view(
         preferred=preferred,
         preferred_met=preferred is None or LEVEL_RANK[level] <= LEVEL_RANK[preferred],
         units=c.units,
-        nccl=[{"name": x.name, "value": x.value, "reason": x.reason} for x in instance_settings(spec, topo, inst)],
+        nccl=[
+            {"name": x.name, "value": x.value, "reason": x.reason} for x in instance_settings(spec, topo, inst, imex)
+        ],
     )
 
 
