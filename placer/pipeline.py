@@ -62,6 +62,7 @@ class SolveResult:
     placement: Placement
     report: Report
     manifests: list[dict]
+    target: str | None = None  # the --target the manifests are for
 
     def yaml(self) -> str:
         from placer.emit.manifests import to_yaml
@@ -84,6 +85,7 @@ class SolveResult:
         ]
         lines += [f"note: {n}" for n in st.notes]
         lines += slo_warnings(self.spec, self.topology, self.placement)
+        lines += imex_warnings(self.spec, self.topology, self.placement, self.target)
         return "\n".join(lines)
 
 
@@ -100,6 +102,43 @@ def slo_warnings(spec: ServingTopology, topo: Topology, placement: Placement) ->
         for c in explain_placement(spec, topo, placement).slos
         if not c.ok
     ]
+
+
+def imex_warnings(spec: ServingTopology, topo: Topology, placement: Placement, target: str | None) -> list[str]:
+    """Trays of one NVLink domain (GB200 NVL72) reach each other over NVLink only through an IMEX channel,
+    which only ``--target dra`` gives the pods (a ComputeDomain per instance). Under any other target NCCL
+    and the KV transfer run over the network there, slower than the NVLink figures placer costed and
+    checked the transfer floor with: said, so a clean run does not hide it."""
+    from placer.check.verify import transfer_pair
+
+    if target == "dra" or target is None:
+        return []
+
+    def domain(nodes: set[str]) -> str | None:
+        found = {topo.node_by_name(n).path.get("nvlink-domain") for n in nodes}
+        return found.pop() if len(nodes) > 1 and len(found) == 1 and None not in found else None
+
+    out = []
+    pair = transfer_pair(spec)
+    for rep in placement.replicas:
+        for inst in rep.instances:
+            shared = domain({p.node for p in inst.pods})
+            if shared is not None:
+                out.append(
+                    f"warning: replica {rep.index} {inst.pool}-{inst.index} spans {len(inst.pods)} trays of NVLink "
+                    f"domain {shared}: --target {target} gives its pods no IMEX channel, so NCCL runs it over the "
+                    "network, not the NVLink placer costed; --target dra gives each instance a ComputeDomain"
+                )
+        if pair is not None:
+            ends = [{p.node for i in rep.instances if i.pool == pool for p in i.pods} for pool in pair]
+            shared = domain(ends[0] | ends[1]) if ends[0] != ends[1] else None
+            if shared is not None:
+                out.append(
+                    f"warning: replica {rep.index}'s {pair[0]}->{pair[1]} transfer crosses trays of NVLink domain "
+                    f"{shared}: without an IMEX channel (--target dra) it runs over the network, not the NVLink "
+                    "placer checked transfer.minBandwidthGBps against"
+                )
+    return out
 
 
 def run_solve(
@@ -147,7 +186,7 @@ def run_solve(
     )
     times["emit"] = time.perf_counter() - t
     placement.stats.seconds |= times
-    return SolveResult(spec, topo, placement, report, manifests)
+    return SolveResult(spec, topo, placement, report, manifests, target or DEFAULT_TARGET)
 
 
 def _count_out_replicas(problem: Problem, progress: Callable[[str], None]) -> None:
@@ -225,7 +264,10 @@ class FleetSolveResult:
         return [
             f"{p.deployment.key}: {w}"
             for p in self.fleet.placed  # type: ignore[attr-defined]
-            for w in slo_warnings(p.deployment.spec, self.topology, p.placement)
+            for w in [
+                *slo_warnings(p.deployment.spec, self.topology, p.placement),
+                *imex_warnings(p.deployment.spec, self.topology, p.placement, self.targets.get(p.deployment.key)),
+            ]
         ]
 
 

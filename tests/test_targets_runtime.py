@@ -344,3 +344,23 @@ def test_explain_shows_the_nccl_settings_of_the_target_that_printed_the_manifest
         assert shown.returncode == 0, shown.stderr
         names = {s["name"] for inst in json.loads(shown.stdout)["instances"] for s in inst["nccl"]}
         assert ("NCCL_MNNVL_ENABLE" in names) == mnnvl, target
+
+
+def test_trays_of_one_nvlink_domain_without_an_imex_channel_are_warned_about(tmp_path):
+    """Under a target other than dra, a GB200 instance over trays (and a KV transfer between them) runs over
+    the network, not the NVLink placer costed: the run says so on stderr, for one spec and in a batch."""
+    spec = ROOT / "fixtures" / "specs" / "llama-70b-disagg.yaml"
+    gb200 = ROOT / "fixtures" / "clusters" / "gb200-nvl72-1008.yaml"
+    kai = run("solve", spec, gb200, "-t", "kai")
+    assert kai.returncode == 0, kai.stderr
+    assert "prefill-0 spans 2 trays of NVLink domain" in kai.stderr and "--target dra gives" in kai.stderr
+    assert "prefill->decode transfer crosses trays of NVLink domain" in kai.stderr
+    other = tmp_path / "other.yaml"
+    doc = yaml.safe_load(spec.read_text())
+    doc["metadata"]["name"] = "other"
+    other.write_text(yaml.safe_dump(doc))
+    batch = run("solve", spec, other, gb200, "-t", "kai")
+    assert batch.returncode == 0, batch.stderr
+    assert "serving/other: warning: replica 0 prefill-0 spans 2 trays" in batch.stderr
+    dgx = run("solve", spec, ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml", "-t", "kai")
+    assert dgx.returncode == 0 and "IMEX" not in dgx.stderr  # no NVLink domain over nodes there
