@@ -133,9 +133,10 @@ def _json_annotation(path: Path, doc: dict[str, Any], key: str) -> Any:
 
 # Where every --target leaves what explain needs (docs/DESIGN.md, "Explain reads only what placer wrote"):
 # the spec, the solver's status and the cluster on each replica's gang object (a PodGroup, a Grove
-# PodCliqueSet, or the first Pod of a Kueue pod group); an instance's GPUs on the objects that make its pods
-# (placer.dev/instance-gpus on Pods, LeaderWorkerSets and Grove cliques; a Grove clique of single-node
-# instances lists them in placer.dev/instances); the router's node on its Deployment or Grove clique.
+# PodCliqueSet, or the metadata of the first Deployment of a Kueue pod group); an instance's GPUs on the
+# objects that make its pods (placer.dev/instance-gpus on Pods, LeaderWorkerSets and Grove cliques; a Grove
+# clique of single-node instances lists them in placer.dev/instances); the router's node on its Deployment or
+# Grove clique.
 SPEC_CARRIERS = ("PodGroup", "PodCliqueSet", "Pod", "StatefulSet", "Deployment", "DynamoGraphDeployment")
 ENGINE_KINDS = ("Pod", "StatefulSet", "Deployment", "LeaderWorkerSet", "PodClique", "DynamoComponent")
 ROUTER_KINDS = ("Deployment", "PodClique", "DynamoComponent")
