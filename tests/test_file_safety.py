@@ -499,3 +499,19 @@ def test_an_output_where_no_file_can_be_created_is_refused_before_solving():
     assert "--placement /sys/kernel/placer-probe.json: cannot write" in err
     assert "solving" not in err
     assert not any(p.name.startswith(".placer-probe-") for p in Path("/sys/kernel").iterdir())
+
+
+def test_an_output_that_is_stdout_itself_is_refused(tmp_path):
+    """--placement /dev/stdout with stdout redirected to a file renamed the record over that file, and the
+    manifests were lost; it is '-' under another name, and refused the same way."""
+    out = tmp_path / "manifests.yaml"
+    with out.open("wb") as sink:
+        proc = subprocess.run(
+            [sys.executable, "-m", "placer", "solve", SPEC, CLUSTER, "--placement", "/dev/stdout"],
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            check=False,
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert b"--placement /dev/stdout: cannot write: it is stdout" in proc.stderr
+    assert out.read_bytes() == b""

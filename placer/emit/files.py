@@ -58,8 +58,18 @@ def check_output(path: Path | str, option: str = "", inputs: Iterable[Path | str
         raise InputError(f"{_label(path, option)}: cannot write ({_reason(exc)})") from None
     if stat.S_ISDIR(info.st_mode):
         raise InputError(f"{_label(path, option)}: cannot write: it is a directory")
+    if stdout_busy and _is_stdout(info):  # /dev/stdout, or the file stdout is redirected to
+        raise InputError(f"{_label(path, option)}: cannot write: it is stdout, which already carries {stdout_busy}")
     if stat.S_ISREG(info.st_mode):
         _probe(path, option, Path(os.path.realpath(path)).parent)
+
+
+def _is_stdout(info: os.stat_result) -> bool:
+    try:
+        out = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real stdout (captured, closed)
+        return False
+    return (info.st_dev, info.st_ino) == (out.st_dev, out.st_ino)
 
 
 def _probe(path: Path | str, option: str, parent: Path) -> None:
