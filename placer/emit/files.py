@@ -58,7 +58,9 @@ def check_output(path: Path | str, option: str = "", inputs: Iterable[Path | str
         raise InputError(f"{_label(path, option)}: cannot write ({_reason(exc)})") from None
     if stat.S_ISDIR(info.st_mode):
         raise InputError(f"{_label(path, option)}: cannot write: it is a directory")
-    if stdout_busy and _is_stdout(info):  # /dev/stdout, or the file stdout is redirected to
+    if stdout_busy and stat.S_ISREG(info.st_mode) and _is_stdout(info):
+        # /dev/stdout (or the file itself) while stdout goes to a file: the record would be renamed over it
+        # and the manifests lost (a pipe or terminal is written through, before stdout)
         raise InputError(f"{_label(path, option)}: cannot write: it is stdout, which already carries {stdout_busy}")
     if stat.S_ISREG(info.st_mode):
         _probe(path, option, Path(os.path.realpath(path)).parent)
