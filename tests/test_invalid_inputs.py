@@ -95,6 +95,7 @@ CASES: dict[str, tuple[str, int | None, str]] = {
         14,
         "pools.aggregated.template.resources.requests: cpu 'abc' is not a Kubernetes quantity",
     ),
+    "spec-key-read-as-boolean.yaml": ("spec", 10, "key 'on' is read as a boolean (YAML reads yes/no, on/off"),
     "spec-env-reserved.yaml": (
         "spec",
         15,

@@ -204,6 +204,11 @@ def _check_node(root: yaml.Node, source: str) -> None:
                     raise InputError(
                         f"{source}:{key.start_mark.line + 1}: a mapping key must be a plain value, not a {kind}"
                     )
+                if key.tag == _PLAIN + "bool":
+                    raise InputError(
+                        f"{source}:{key.start_mark.line + 1}: key {key.value!r} is read as a boolean (YAML reads "
+                        "yes/no, on/off and true/false so): quote it if it is a name, or remove it"
+                    )
                 if key.value in keys:
                     raise InputError(f"{source}:{key.start_mark.line + 1}: key {key.value!r} appears twice")
                 keys.add(key.value)
