@@ -521,7 +521,9 @@ def test_a_batch_gives_back_what_it_set_aside_from_the_collector(tmp_path):
     try:
         mine = gc.get_freeze_count()
         run_fleet([specs], cluster, OPTS)
-        assert gc.get_freeze_count() == mine
+        # Not unfrozen (0) and nothing more frozen; a frozen object that the run lets go of (a cache entry
+        # evicted, which depends on what ran before in this process) is freed as usual, so fewer is fine.
+        assert 0 < gc.get_freeze_count() <= mine
     finally:
         gc.unfreeze()
 

@@ -42,7 +42,6 @@ _SUFFIX = {
 }
 
 
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")  # a Secret's or ConfigMap's data key
 
 
