@@ -272,8 +272,6 @@ def engine_container(
     if claims:
         resources["claims"] = [{"name": c} for c in claims]
     container: dict[str, Any] = {"name": "engine", "image": t.image, "env": env, "resources": resources}
-    if k8s.parse_quantity(t.shm_size) > 0:
-        container["_shm"] = t.shm_size  # taken off by with_shm, which adds the volume beside it
     if t.env_from:
         container["envFrom"] = [x.manifest() for x in t.env_from]
     own_rank = rank if isinstance(rank, int) else None  # a label name: one template for several ranks
@@ -306,23 +304,24 @@ def placer_env(inst: InstancePlacement, rank: int | str | None, leader: str | No
     return env
 
 
-def pod_spec(ctx: Context, container: dict[str, Any], hosts: list[str], scheduler: str | None) -> dict[str, Any]:
-    """An engine pod's spec: the container, its /dev/shm, pinned to ``hosts``."""
+def pod_spec(
+    ctx: Context, container: dict[str, Any], hosts: list[str], scheduler: str | None, pool: str
+) -> dict[str, Any]:
+    """An engine pod's spec: the container of one of ``pool``'s instances, its /dev/shm, pinned to ``hosts``."""
     spec: dict[str, Any] = {"restartPolicy": "Always", "affinity": affinity(hosts), "containers": [container]}
     if scheduler is not None:
         spec["schedulerName"] = scheduler
-    return with_shm(spec, container)
+    return with_shm(spec, container, ctx.spec.pools[pool].template.shm_size)
 
 
 SHM_VOLUME = "dshm"
 
 
-def with_shm(spec: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
-    """A memory-backed /dev/shm of the pool's ``template.shmSize`` (placed on the container by
-    engine_container as ``_shm``): the runtime's 64 MiB default is too small for vLLM's shared-memory
-    broadcast and NCCL's SHM transport, and vLLM's Kubernetes guide mounts one."""
-    size = container.pop("_shm", None)
-    if size is None:
+def with_shm(spec: dict[str, Any], container: dict[str, Any], size: str) -> dict[str, Any]:
+    """A memory-backed /dev/shm of the pool's ``template.shmSize`` (none for "0"): the runtime's 64 MiB
+    default is too small for vLLM's shared-memory broadcast and NCCL's SHM transport, and vLLM's Kubernetes
+    guide mounts one. (Dynamo's operator mounts its own: the dynamo target sets sharedMemorySize instead.)"""
+    if k8s.parse_quantity(size) <= 0:
         return spec
     container["volumeMounts"] = [*container.get("volumeMounts", []), {"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
     volume = {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": size}}
@@ -347,7 +346,7 @@ def engine_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": engine_pod_metadata(ctx, rep, inst, j, extra_labels, extra_annotations),
-        "spec": pod_spec(ctx, container, [hostname(ctx.topo, pod.node)], scheduler),
+        "spec": pod_spec(ctx, container, [hostname(ctx.topo, pod.node)], scheduler, inst.pool),
     }
 
 

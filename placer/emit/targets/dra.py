@@ -140,7 +140,7 @@ def claimed_pod(
     template = claim_template(ctx, rep, inst, j)
     claims = [CLAIM] + ([CHANNEL] if channel else [])
     container = engine_container(ctx, inst, None, j, claims=claims, leader=ctx.leader_host(rep.index, inst))
-    spec = pod_spec(ctx, container, [hostname(ctx.topo, pod.node)], scheduler)
+    spec = pod_spec(ctx, container, [hostname(ctx.topo, pod.node)], scheduler, inst.pool)
     spec["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": template["metadata"]["name"]}]
     if channel:
         spec["resourceClaims"].append({"name": CHANNEL, "resourceClaimTemplateName": channel})

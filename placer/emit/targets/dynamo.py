@@ -118,8 +118,7 @@ def _pool_component(ctx: Context, rep: ReplicaPlacement, pool: str, members: lis
     if sched:
         spec["schedulerName"] = sched
     # Dynamo's operator drops any /dev/shm mount of `main` and mounts its own tmpfs there, sized by the
-    # component's sharedMemorySize ("0": none; unset: 8Gi), so the pool's shmSize goes there instead.
-    container.pop("_shm", None)
+    # component's sharedMemorySize ("0": none; unset: 8Gi): the pool's shmSize goes there (below).
     placed = {str(i.index): ";".join(f"{p.node}:{','.join(map(str, p.gpus))}" for p in i.pods) for i in members}
     domains = {str(i.index): ctx.instance_domain(rep.index, i) for i in members}
     notes = {

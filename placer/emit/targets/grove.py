@@ -133,7 +133,7 @@ def _engine(
     leader = grove_leader_host(ctx, rep.index, first_inst) if len(first_inst.pods) > 1 else None
     container = engine_container(ctx, first_inst, len(first_pod.gpus), rank, settings=shared, leader=leader)
     hosts = [hostname(ctx.topo, insts[i].pods[j].node) for i, j in pods]
-    return pod_spec(ctx, container, hosts, ctx.scheduler(None))
+    return pod_spec(ctx, container, hosts, ctx.scheduler(None), first_inst.pool)
 
 
 def _pod_clique_name(inst: InstancePlacement, j: int) -> str:

@@ -204,7 +204,7 @@ def build(ctx: Context) -> list[dict]:
                 container = engine_container(
                     ctx, inst, len(pod.gpus), j, leader=kueue_leader_host(ctx, rep.index, inst)
                 )
-                spec = pod_spec(ctx, container, hosts, scheduler)
+                spec = pod_spec(ctx, container, hosts, scheduler, inst.pool)
                 spec["hostname"] = pod_name(ctx.spec, rep.index, inst, j)
                 spec["subdomain"] = pool_service_name(ctx, rep.index, inst.pool)
                 pod_labels = instance_labels(ctx.spec, rep.index, inst) | {RANK_LABEL: str(j)}

@@ -67,7 +67,7 @@ def _template(
     hosts = [hostname(ctx.topo, inst.pods[j].node) for j in pods]
     rank = 0 if role == "leader" else WORKER_INDEX  # workers share a template: their rank is LWS's label
     container = engine_container(ctx, inst, len(first.gpus), rank, leader=lws_leader_host(ctx, rep.index, inst))
-    spec = pod_spec(ctx, container, hosts, scheduler)
+    spec = pod_spec(ctx, container, hosts, scheduler, inst.pool)
     spec["affinity"] |= anti_affinity(ctx, rep.index, inst)
     labels = instance_labels(ctx.spec, rep.index, inst) | {GROUP_LABEL: group, "placer.dev/lws-role": role}
     annotations = pod_annotations(ctx, rep.index, inst, first if len(pods) == 1 else None)
