@@ -11,7 +11,16 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from placer.model import API_VERSION, engines, k8s
 from placer.model.k8s import CpuQuantity, MemoryQuantity, field_alias
@@ -141,19 +150,22 @@ class Placement(_Model):
 
 
 RESERVED_ENV_PREFIX = "PLACER_"  # placer.model.engines: RANK_ENV, PODS_ENV, LEADER_ENV
+ObjectName = Annotated[str, AfterValidator(lambda v: k8s.check_object_name(v, "name"))]  # a Secret or ConfigMap
+
+
+class _ManifestPart(_Model):
+    """A piece of the spec printed into the container as Kubernetes spells it."""
+
+    def manifest(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True)
 
 
 class KeyRef(_Model):
     """One key of a Secret or ConfigMap in the deployment's namespace."""
 
-    name: str
+    name: ObjectName
     key: str
     optional: bool | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _object(cls, v: str) -> str:
-        return k8s.check_object_name(v, "name")
 
     @field_validator("key")
     @classmethod
@@ -178,16 +190,11 @@ class EnvSource(_Model):
 
 
 class NameRef(_Model):
-    name: str
+    name: ObjectName
     optional: bool | None = None
 
-    @field_validator("name")
-    @classmethod
-    def _object(cls, v: str) -> str:
-        return k8s.check_object_name(v, "name")
 
-
-class EnvFrom(_Model):
+class EnvFrom(_ManifestPart):
     """Every key of a Secret or ConfigMap as env (``envFrom``), e.g. an ``hf-token-secret`` holding HF_TOKEN."""
 
     secret_ref: NameRef | None = None
@@ -204,11 +211,8 @@ class EnvFrom(_Model):
             raise ValueError(f"prefix {self.prefix!r} is reserved: placer sets the {RESERVED_ENV_PREFIX}* variables")
         return self
 
-    def manifest(self) -> dict[str, Any]:
-        return self.model_dump(by_alias=True, exclude_none=True)
 
-
-class EnvVar(_Model):
+class EnvVar(_ManifestPart):
     name: str
     value: str | None = None
     value_from: EnvSource | None = Field(
@@ -220,10 +224,6 @@ class EnvVar(_Model):
         if (self.value is None) == (self.value_from is None):
             raise ValueError(f"env {self.name}: give exactly one of value and valueFrom")
         return self
-
-    def manifest(self) -> dict[str, Any]:
-        """The container's env entry."""
-        return self.model_dump(by_alias=True, exclude_none=True)
 
     @field_validator("name")
     @classmethod
