@@ -4,6 +4,7 @@ record and the manifests, its JSON is stable (golden files), its links are named
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from dataclasses import replace
@@ -171,6 +172,24 @@ def test_a_broken_placement_is_explained_not_hidden():
     assert "the checker found broken rules" in text and "GPU 2 on dgx-a is busy" in text
 
 
+def test_the_checker_names_the_instances_a_replica_lacks_or_should_not_have():
+    """It said "has 1 of 1 instances" for a replica whose one instance was of an unknown pool."""
+    from placer.check.verify import check
+
+    spec, topo = _inputs("aggregated-tp8", "small-mixed")
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    rep = placement.replicas[0]
+    inst = rep.instances[0]
+    for instances, said in [
+        ((replace(inst, pool="nosuch"),), "lacks aggregated-0; has nosuch-0, which the spec does not place"),
+        ((inst, inst), "lists aggregated-0 twice"),
+        ((), "lacks aggregated-0"),
+    ]:
+        bent = replace(placement, replicas=(replace(rep, instances=instances), *placement.replicas[1:]))
+        violations = check(spec, topo, bent).violations
+        assert f"replica 0 does not hold the spec's instances: {said}" in violations
+
+
 def _render_text(ex) -> str:
     from rich.console import Console
 
@@ -235,6 +254,65 @@ def test_record_without_spec_and_foreign_manifests_are_bad_input(tmp_path):
     typo.write_text(old.read_text().replace("replicas: []", "replicaz: []"))
     with pytest.raises(InputError, match="replicaz"):
         load_placed(typo)
+
+
+def _edited_record(tmp_path: Path, edit) -> Path:
+    """A record placer wrote for the small cluster, edited by ``edit`` (a function of the plain data)."""
+    import yaml
+
+    from placer.model.record import spec_record
+
+    spec, topo = _inputs("aggregated-tp8", "small-mixed")
+    data = solve(build_problem(spec, topo), SolveOptions()).to_record(spec=spec_record(spec))
+    edit(data)
+    path = tmp_path / "edited.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _line_with(path: Path, text: str) -> int:
+    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if line.strip().removeprefix("- ") == text)
+
+
+def _set(where: str, value):
+    def edit(data):
+        replica, key = data["replicas"][0], where
+        if key == "router":
+            replica["router"] = value
+        elif key == "instances":
+            replica["instances"] = value(replica["instances"])
+        else:
+            replica["instances"][0][key] = value
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "said", "line_text"),
+    [
+        (_set("pool", "nosuch"), "replicas[0].instances[0].pool: 'nosuch' is not a pool of the spec", "pool: nosuch"),
+        (_set("index", 3), "replicas[0].instances[0].index: pool 'aggregated' has 1 instance(s)", "index: 3"),
+        (
+            _set("instances", lambda insts: insts + copy.deepcopy(insts)),
+            "aggregated instance 0 of replica 0 is listed twice",
+            None,
+        ),
+        (_set("instances", lambda insts: []), "replica 0 lacks aggregated instance(s) [0]", None),
+        (_set("router", None), "replicas[0].router: the spec asks for a router per replica", "router: null"),
+        (lambda d: d["status"].update(status="great"), "status.status: Input should be", "status: great"),
+    ],
+    ids=["unknown-pool", "index-out-of-range", "instance-twice", "instance-missing", "no-router", "bad-status"],
+)
+def test_an_edited_record_that_is_no_placement_of_its_spec_is_bad_input_with_its_line(tmp_path, edit, said, line_text):
+    """Before, an unknown pool or instance index reached the checker, which said "has 1 of 1 instances" and
+    explain exited 0; a record's validation errors had no line."""
+    path = _edited_record(tmp_path, edit)
+    with pytest.raises(InputError) as info:
+        load_placed(path)
+    message = str(info.value)
+    assert said in message
+    line = _line_with(path, line_text) if line_text else None
+    assert message.startswith(f"{path}:{line}: " if line else f"{path}:")
 
 
 # ---- why not -----------------------------------------------------------------------------------------

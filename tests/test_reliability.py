@@ -62,6 +62,21 @@ def test_record_whose_namespace_differs_from_its_spec(how: str) -> None:
     )
 
 
+@pytest.mark.parametrize("how", ["keep", "explain", "plan"])
+def test_record_naming_a_pool_its_spec_does_not_have(how: str) -> None:
+    """explain exited 0 with the checker's "has 1 of 1 instances"; keep and plan met it later."""
+    bad = RECORDS / "record-unknown-pool.yaml"
+    if how == "keep":
+        proc = run("solve", SPEC, CLUSTER, "--keep", bad)
+    elif how == "explain":
+        proc = run("explain", bad, "--cluster", CLUSTER, "--no-baselines", "-o", "json")
+    else:
+        proc = run("plan", "--from", bad, CLUSTER, "--cut", "0.05")
+    assert_bad_input(
+        proc, f"{bad}:23: replicas[0].instances[0].pool: 'nosuch' is not a pool of the spec (its pools: aggregated)"
+    )
+
+
 # --- reading: '-', pipes, endless inputs --------------------------------------------------------------
 
 

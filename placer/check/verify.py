@@ -127,7 +127,16 @@ def _check_structure(spec: ServingTopology, topo: Topology, pl: Placement, r: Re
         want = sorted((p, i) for p, pool in spec.pools.items() for i in range(pool.instances))
         got = sorted((i.pool, i.index) for i in rep.instances)
         if got != want:
-            r.violations.append(f"replica {rep.index} is not complete: has {len(got)} of {len(want)} instances")
+
+            def names(keys) -> str:
+                return ", ".join(f"{p}-{i}" for p, i in sorted(keys))
+
+            missing, extra = set(want) - set(got), set(got) - set(want)
+            twice = {k for k in got if got.count(k) > 1}
+            said = [f"lacks {names(missing)}"] if missing else []
+            said += [f"has {names(extra)}, which the spec does not place"] if extra else []
+            said += [f"lists {names(twice)} twice"] if twice else []
+            r.violations.append(f"replica {rep.index} does not hold the spec's instances: {'; '.join(said)}")
         for inst in rep.instances:
             for pod in inst.pods:
                 try:

@@ -10,17 +10,20 @@ from placer.model.errors import InputError
 from placer.model.placement import Placement
 
 if TYPE_CHECKING:
+    import yaml
+
     from placer.topology.graph import Topology
 
 
-def located(path: Path, message: str) -> InputError:
-    """``message`` starts with a field path: give it the file and the line (one-document records)."""
-    from placer.model.load import locate
+def located(path: Path, message: str, root: yaml.Node | None = None) -> InputError:
+    """``message`` starts with a field path: give it the file and the line, looked up in ``root`` (the
+    document it came from) or else in the file's first document."""
+    from placer.model.load import at_line, locate
 
-    return locate(path, InputError(message))
+    return locate(path, InputError(message)) if root is None else at_line(path, root, message)
 
 
-def check_gpus_once(path: Path, placement: Placement) -> None:
+def check_gpus_once(path: Path, placement: Placement, root: yaml.Node | None = None) -> None:
     """No GPU is listed twice, within a pod or across the record (the checker would call that a bug in
     placer; in a file someone edited it is bad input)."""
     seen: dict[tuple[str, int], str] = {}
@@ -31,12 +34,14 @@ def check_gpus_once(path: Path, placement: Placement) -> None:
                 mine: set[int] = set()
                 for gpu in pod.gpus:
                     if gpu in mine:
-                        raise located(path, f"{where}.gpus: GPU {gpu} is listed twice")
+                        raise located(path, f"{where}.gpus: GPU {gpu} is listed twice", root)
                     mine.add(gpu)
                     other = seen.setdefault((pod.node, gpu), where)
                     if other != where:
                         raise located(
-                            path, f"{where}.gpus: GPU {gpu} on node {pod.node!r} is held by both {other} and {where}"
+                            path,
+                            f"{where}.gpus: GPU {gpu} on node {pod.node!r} is held by both {other} and {where}",
+                            root,
                         )
 
 

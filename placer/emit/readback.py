@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 from placer.emit.checks import check_gpus_once, located
@@ -42,19 +43,37 @@ def load_placed(path: Path, deployment: str | None = None) -> Placed:
     """A placement record (YAML or JSON) or a manifest stream (multi-document YAML or a JSON ``List``).
     A file from a batch (several records, or several deployments' manifests) needs ``deployment``
     (``name`` or ``namespace/name``) to say which one."""
-    from placer.model.load import parse_documents, read_text
-
-    docs = [d for d, _ in parse_documents(read_text(path), str(path))]  # JSON is YAML
-    if len(docs) == 1 and isinstance(docs[0], dict) and docs[0].get("kind") == "List":
-        docs = list(docs[0].get("items") or [])
+    parsed = _documents(path)
+    docs = [d for d, _ in parsed]
     if not docs or not all(isinstance(d, dict) for d in docs):
         raise InputError(f"{path}: expected a Placement record or the manifests placer solve printed")
     docs = _one_deployment(path, docs, deployment)
     if len(docs) == 1 and docs[0].get("kind") == "Placement":
-        return _from_record(path, docs[0])
+        return _from_record(path, docs[0], _root_of(parsed, docs[0]))
     if any(d.get("kind") == "Placement" for d in docs):
         raise InputError(f"{path}: a Placement record must be the only document in its file")
     return _from_manifests(path, docs)
+
+
+def _documents(path: Path) -> list[tuple[Any, yaml.Node]]:
+    """The file's documents with their YAML nodes (for the lines of errors); a JSON ``List`` (JSON is
+    YAML) gives its items."""
+    from placer.model.load import parse_documents, read_text
+
+    parsed = parse_documents(read_text(path), str(path))
+    if len(parsed) == 1 and isinstance(parsed[0][0], dict) and parsed[0][0].get("kind") == "List":
+        data, root = parsed[0]
+        items = list(data.get("items") or [])
+        seq = next((v for k, v in root.value if getattr(k, "value", None) == "items"), None)
+        nodes = (
+            seq.value if isinstance(seq, yaml.SequenceNode) and len(seq.value) == len(items) else [root] * len(items)
+        )
+        return list(zip(items, nodes, strict=True))
+    return parsed
+
+
+def _root_of(parsed: list[tuple[Any, yaml.Node]], doc: dict[str, Any]) -> yaml.Node:
+    return next(node for data, node in parsed if data is doc)
 
 
 def _one_deployment(path: Path, docs: list[dict[str, Any]], wanted: str | None) -> list[dict[str, Any]]:
@@ -81,14 +100,10 @@ def _one_deployment(path: Path, docs: list[dict[str, Any]], wanted: str | None) 
     return chosen
 
 
-def _from_record(path: Path, data: dict[str, Any]) -> Placed:
-    from placer.model.load import format_loc
+def _from_record(path: Path, data: dict[str, Any], root: yaml.Node) -> Placed:
+    from placer.model.load import validate_document
 
-    try:
-        record = PlacementRecord.model_validate(data)
-    except ValidationError as exc:
-        problems = [f"{format_loc(e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False)[:5]]
-        raise InputError(f"{path}: not a valid Placement record: " + "; ".join(problems)) from None
+    record = validate_document((data, root), str(path), PlacementRecord)
     if record.spec is None:
         raise InputError(f"{path}: spec: the record carries no spec (written by an older placer); solve again")
     meta = record.spec.metadata
@@ -99,13 +114,55 @@ def _from_record(path: Path, data: dict[str, Any]) -> Placed:
             else ("name", record.metadata.name, meta.name)
         )
         raise located(
-            path, f"metadata.{field}: metadata.{field} {mine!r} is not the {field} of the spec it carries ({theirs!r})"
+            path,
+            f"metadata.{field}: metadata.{field} {mine!r} is not the {field} of the spec it carries ({theirs!r})",
+            root,
         )
     if record.target is not None and record.target not in TARGETS:
-        raise located(path, f"target: {record.target!r} is not a --target ({', '.join(TARGETS)})")
+        raise located(path, f"target: {record.target!r} is not a --target ({', '.join(TARGETS)})", root)
+    problem = record_shape_problem(record, record.spec)
+    if problem is not None:
+        raise located(path, problem, root)
     placement = record.to_placement()
-    check_gpus_once(path, placement)
+    check_gpus_once(path, placement, root)
     return Placed(record.spec, placement, "placement record", record.target)
+
+
+def record_shape_problem(record: PlacementRecord, spec: ServingTopology) -> str | None:
+    """What makes a record no placement of its spec at all (a field path first), or None: every replica
+    lists each of the spec's instances exactly once, and a router where the spec has one. The manifests'
+    reader asks the same of what it reads (_check_complete); an edited record is bad input, not a placement
+    for the checker to find broken."""
+    seen: set[int] = set()
+    for r, rep in enumerate(record.replicas):
+        if rep.index in seen:
+            return f"replicas[{r}].index: replica {rep.index} is listed twice"
+        seen.add(rep.index)
+        listed: set[tuple[str, int]] = set()
+        for i, inst in enumerate(rep.instances):
+            where = f"replicas[{r}].instances[{i}]"
+            pool = spec.pools.get(inst.pool)
+            if pool is None:
+                return f"{where}.pool: {inst.pool!r} is not a pool of the spec (its pools: {', '.join(spec.pools)})"
+            if inst.index >= pool.instances:
+                return (
+                    f"{where}.index: pool {inst.pool!r} has {pool.instances} instance(s) per replica "
+                    f"(0-{pool.instances - 1}), not {inst.index}"
+                )
+            if (inst.pool, inst.index) in listed:
+                return f"{where}: {inst.pool} instance {inst.index} of replica {rep.index} is listed twice"
+            listed.add((inst.pool, inst.index))
+        for name, pool in spec.pools.items():
+            missing = [k for k in range(pool.instances) if (name, k) not in listed]
+            if missing:
+                return (
+                    f"replicas[{r}].instances: replica {rep.index} lacks {name} instance(s) {missing}; the spec "
+                    f"places {pool.instances} per replica: the record is incomplete"
+                )
+        if (spec.router is None) != (rep.router is None):
+            asks = "has no router" if spec.router is None else "asks for a router per replica"
+            return f"replicas[{r}].router: the spec {asks}"
+    return None
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -310,27 +367,24 @@ def _parse_instance_gpus(path: Path, text: str) -> tuple[Pod, ...]:
 
 def load_running(paths: Sequence[Path]) -> list[Running]:
     """Every deployment the files describe; the same deployment in two files is an error."""
-    from placer.model.load import parse_documents, read_text
-
     out: dict[str, Running] = {}
     for path in paths:
-        docs = [d for d, _ in parse_documents(read_text(path), str(path))]
-        if len(docs) == 1 and isinstance(docs[0], dict) and docs[0].get("kind") == "List":
-            docs = list(docs[0].get("items") or [])
-        if not all(isinstance(d, dict) for d in docs):
+        parsed = _documents(path)
+        if not all(isinstance(d, dict) for d, _ in parsed):
             raise InputError(f"{path}: expected placement records, placer's manifests or a kubectl pod list")
-        for running in _read(path, docs):
+        for running in _read(path, parsed):
             if running.key in out:
                 raise InputError(f"{path}: {running.key} is also described in {out[running.key].source}")
             out[running.key] = running
     return [out[k] for k in sorted(out)]
 
 
-def _read(path: Path, docs: list[dict[str, Any]]) -> list[Running]:
+def _read(path: Path, parsed: list[tuple[dict[str, Any], yaml.Node]]) -> list[Running]:
+    docs = [d for d, _ in parsed]
     if not docs:
         return []
     if all(d.get("kind") == "Placement" for d in docs):
-        return [_from_placed(path, _from_record(path, d)) for d in docs]
+        return [_from_placed(path, _from_record(path, d, root)) for d, root in parsed]
     if any(d.get("kind") == "Placement" for d in docs):
         raise InputError(f"{path}: placement records and manifests mixed in one file")
     if all(d.get("kind") == "Pod" for d in docs) and any("status" in d or _node_name(d) for d in docs):

@@ -377,6 +377,13 @@ def locate(source: Path | str, error: InputError) -> InputError:
     return InputError(f"{source}:{line}: {message}" if line else f"{source}: {message}")
 
 
+def at_line(source: Path | str, root: yaml.Node, message: str) -> InputError:
+    """An error found after validation (``message`` starts with a field path), given the line of that
+    field in the document ``root`` it came from."""
+    line = line_of(root, _path_from_text(message))
+    return InputError(f"{source}:{line}: {message}" if line else f"{source}: {message}")
+
+
 def source_document(source: Path | str) -> tuple[Path, int]:
     """The file and document number (from 1) of a source as load_specs names it. A file whose own name ends
     in ``#N`` is that file (document 1), not document N of another."""
