@@ -259,3 +259,16 @@ def test_targets_that_print_their_topology_object_move_it_to_the_file_and_print_
     batch = run("solve", AGG, DISAGG, dgx, "-t", target, "-q")
     assert batch.returncode in (0, 1), batch.stderr
     assert Counter(d["kind"] for d in yaml.safe_load_all(batch.stdout) if d)[kind] == 1
+
+
+@pytest.mark.parametrize(("target", "kinds"), [("kai", {"Topology"}), ("kueue", {"Topology", "ResourceFlavor"})])
+def test_dry_run_lists_what_topology_objects_file_would_hold_and_writes_nothing(tmp_path, target, kinds):
+    """With FILE the objects left the stream, so the dry run's object list showed them nowhere."""
+    dgx = ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"
+    out = tmp_path / "topo.yaml"
+    dry = run("solve", DISAGG, dgx, "-t", target, "-q", "--dry-run", "--topology-objects", out)
+    assert dry.returncode == 0, dry.stderr
+    assert not out.exists()
+    listed = dry.stdout.split(f"objects --topology-objects {out} would hold ({len(kinds)})")[1]
+    rows = {line.split("│")[1].strip() for line in listed.splitlines() if line.startswith("│")}
+    assert rows == kinds

@@ -216,7 +216,8 @@ def solve_command(
         docs = topology_manifests([(r.spec, r.placement, r.report)], r.topology, single, target_version)
         r.manifests = _with_topology(r.manifests, docs, topology_objects)
     if dry_run:
-        _print_plan(result, single, nccl)
+        apart = topology_objects is not None and str(topology_objects) != "-"
+        _print_plan(result, single, nccl, (str(topology_objects), docs) if apart else None)
         say(result.summary(time.perf_counter() - t0))
         return
     text = result.json() if output is OutputFormat.json else result.yaml()
@@ -236,8 +237,9 @@ def solve_command(
     say(result.summary(time.perf_counter() - t0))
 
 
-def _print_plan(result, target: str, nccl: bool | None) -> None:
-    """The dry run: explain's summary (no baselines), NCCL choices, the objects; plain text on stdout."""
+def _print_plan(result, target: str, nccl: bool | None, topology_file: tuple[str, list[dict]] | None) -> None:
+    """The dry run: explain's summary (no baselines), NCCL choices, the objects (and those --topology-objects
+    would write to its file); plain text on stdout."""
     from rich.console import Console
 
     from placer.emit.targets import DEFAULT_TARGET
@@ -247,7 +249,9 @@ def _print_plan(result, target: str, nccl: bool | None) -> None:
 
     ex = render(explain_placement(result.spec, result.topology, result.placement, target=target))
     with_nccl = (target != DEFAULT_TARGET) if nccl is None else nccl
-    view = render_plan(ex, result.spec, result.topology, result.placement, target, result.manifests, with_nccl)
+    view = render_plan(
+        ex, result.spec, result.topology, result.placement, target, result.manifests, with_nccl, topology_file
+    )
     tty = sys.stdout.isatty()
     Console(file=sys.stdout, width=None if tty else 160, highlight=False, no_color=not tty).print(view)
 

@@ -30,8 +30,9 @@ def nccl_table(spec: ServingTopology, topo: Topology, placement, exact_gpus: boo
     return t
 
 
-def objects_table(target: str, docs: list[dict]) -> RenderableType:
-    t = Table(title=f"objects --target {target} would create ({len(docs)})", title_justify="left")
+def objects_table(target: str, docs: list[dict], title: str | None = None) -> RenderableType:
+    title = f"objects --target {target} would create ({len(docs)})" if title is None else title
+    t = Table(title=title or None, title_justify="left")
     for col in ("kind", "apiVersion", "namespace", "name"):
         t.add_column(col)
     for d in docs:
@@ -48,9 +49,16 @@ def render_plan(
     target: str,
     docs: list[dict],
     nccl: bool,
+    topology_file: tuple[str, list[dict]] | None = None,
 ) -> RenderableType:
+    """``topology_file``: (FILE, the objects) when --topology-objects writes them apart from the stream."""
     parts: list[RenderableType] = [explanation]
     if nccl:
         parts.append(nccl_table(spec, topo, placement, exact_gpus=target == "dra"))
     parts.append(objects_table(target, docs))
+    if topology_file is not None:
+        path, objects = topology_file
+        # A line, not the table's title: a title wraps to the table's width, and paths are long.
+        parts.append(Text(f"objects --topology-objects {path} would hold ({len(objects)})"))
+        parts.append(objects_table(target, objects, title=""))
     return Group(*parts)
