@@ -23,7 +23,7 @@ GOOD_CLUSTER = ROOT / "fixtures" / "clusters" / "small-mixed.yaml"
 CASES: dict[str, tuple[str, int | None, str]] = {
     "spec-tp-zero.yaml": ("spec", 10, "pools.aggregated.tensorParallel: Input should be greater than"),
     "spec-unknown-field.yaml": ("spec", 11, "pools.aggregated.tensorParalel: unknown field"),
-    "spec-wrong-type-instances.yaml": ("spec", 9, "pools.aggregated.instances: Input should be"),
+    "spec-wrong-type-instances.yaml": ("spec", 9, "pools.aggregated.instances: expected an integer, got 'many'"),
     "spec-nodecount-mismatch.yaml": ("spec", 8, "pools.aggregated: nodeCount x gpusPerNode = 2 x 4 = 8"),
     "spec-unknown-pool-in-transfer.yaml": ("spec", 18, "transfer.to"),
     "spec-router-near-unknown-pool.yaml": ("spec", 13, "router.near.pool"),
@@ -80,6 +80,11 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "cluster-queue-depth-1e308.yaml": ("cluster", 16, "nodes[1].metrics.queueDepth: expected finite numbers"),
     # booleans where numbers belong (pydantic's lax mode read true as 1)
     "spec-tp-true.yaml": ("spec", 10, "pools.aggregated.tensorParallel: expected an integer, got true"),
+    "spec-tp-quoted.yaml": (
+        "spec",
+        11,
+        "pools.aggregated.tensorParallel: expected an integer, got '8' (a string: write it without quotes)",
+    ),
     "spec-replicas-yes.yaml": ("spec", 12, "replicas: expected an integer, got true (YAML reads"),
     "spec-kv-floor-true.yaml": ("spec", 11, "transfer.minBandwidthGBps: expected a number, got true"),
     "cluster-busy-true.yaml": ("cluster", 11, "nodes[1].busy[0]: expected an integer, got true"),
@@ -237,3 +242,18 @@ def test_a_union_of_a_number_and_a_map_reports_only_the_map_error() -> None:
     proc = run("validate", GOOD_SPEC, INVALID / "cluster-queue-depth-map-true.yaml")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "valid number" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("written", ["8.192e3", "8192e0", "8.192E+3", "819.2e1"])
+def test_a_plain_exponent_is_a_number_as_in_yaml_1_2(tmp_path, written):
+    """PyYAML (YAML 1.1) reads plain 8.192e3 as a string; with strings refused in number fields (as the JSON
+    Schemas refuse them), the loader reads it as YAML 1.2 does. Quoted, it stays a string and is refused."""
+    text = GOOD_SPEC.read_text()
+    assert "hiddenSize: 8192" in text
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(text.replace("hiddenSize: 8192", f"hiddenSize: {written}"))
+    assert load_spec(plain) == load_spec(GOOD_SPEC)
+    quoted = tmp_path / "quoted.yaml"
+    quoted.write_text(text.replace("hiddenSize: 8192", f'hiddenSize: "{written}"'))
+    with pytest.raises(InputError, match=r"model.hiddenSize: expected an integer, got .* without quotes"):
+        load_spec(quoted)

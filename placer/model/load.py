@@ -177,6 +177,9 @@ def _tag_name(tag: str) -> str:
     return "!!" + tag.removeprefix(_PLAIN) if tag.startswith(_PLAIN) else tag
 
 
+_EXPONENT_ONLY = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+")
+
+
 def _check_node(root: yaml.Node, source: str) -> None:
     """Reject aliases (a node reached twice), tags, complex keys, huge integers and duplicate mapping keys,
     iteratively."""
@@ -215,6 +218,8 @@ def _check_node(root: yaml.Node, source: str) -> None:
                 stack += [key, value]
         elif isinstance(node, yaml.SequenceNode):
             stack += node.value
+        elif node.tag == _PLAIN + "str" and not node.style and _EXPONENT_ONLY.fullmatch(node.value):
+            node.tag = _PLAIN + "float"  # YAML 1.2 reads plain 1e3 and 1.0e3 as numbers; PyYAML (1.1) wants 1.0e+3
         elif node.tag == _PLAIN + "int" and len(node.value) > MAX_INT_DIGITS:
             raise InputError(
                 f"{source}:{line}: a number of {len(node.value)} digits is over the {MAX_INT_DIGITS}-digit limit"
