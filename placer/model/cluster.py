@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from placer.model import k8s
 from placer.model.k8s import CpuQuantity, MemoryQuantity, field_alias
-from placer.model.numbers import Float, FloatOrNone, Int, IntOrNone
+from placer.model.numbers import Float, FloatOrNone, Int, IntKey, IntOrNone
 
 HOSTNAME = "kubernetes.io/hostname"  # what the manifests pin pods to
 
@@ -197,8 +197,8 @@ MAX_QUEUE_DEPTH = 1_000_000  # queued requests per GPU; times the objective weig
 class Metrics(_Model):
     """Serving telemetry; a number applies to every GPU of the node, a mapping gives it per GPU index."""
 
-    queue_depth: Float | dict[Int, Float] | None = None
-    kv_cache_hit: Float | dict[Int, Float] | None = None
+    queue_depth: Float | dict[IntKey, Float] | None = None
+    kv_cache_hit: Float | dict[IntKey, Float] | None = None
     ttft_p90_ms: FloatOrNone = Field(
         default=None,
         ge=0,

@@ -12,17 +12,17 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator
 
 
-def _numbers_only(expected: str) -> BeforeValidator:
+def _numbers_only(expected: str, strings: bool = False) -> BeforeValidator:
     """A validator that passes every value on but a boolean or a string, which it refuses as not
     ``expected``. Strings: a quoted "8" is what the JSON Schemas (and editors using them) refuse, so the
     loader refuses it too; plain 1e3, which YAML 1.1 reads as a string, is read as a number by the loader
-    (placer.model.load)."""
+    (placer.model.load). ``strings``: take them (a mapping key, which JSON writes as a string)."""
 
     def check(value: Any) -> Any:
         if isinstance(value, bool):
             word = "true" if value else "false"
             raise ValueError(f"expected {expected}, got {word} (YAML reads true/false, yes/no and on/off as booleans)")
-        if isinstance(value, str):
+        if isinstance(value, str) and not strings:
             raise ValueError(
                 f"expected {expected}, got {value!r}"
                 + (" (a string: write it without quotes)" if _numeric(value) else "")
@@ -49,3 +49,5 @@ Float = Annotated[float, _NUMBER]
 # inside the union (pydantic leaves it unapplied and writes ``ge`` into the JSON Schema verbatim).
 IntOrNone = Annotated[int | None, _INT]
 FloatOrNone = Annotated[float | None, _NUMBER]
+IntKey = Annotated[int, _numbers_only("an integer", strings=True)]
+"""An integer mapping key: refuses ``true`` / ``false``, takes "1" (JSON's keys are always strings)."""
