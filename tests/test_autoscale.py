@@ -415,3 +415,39 @@ def test_the_readme_loop_keeps_the_target_through_placement_records(tmp_path):
     assert second.returncode == 0, second.stderr
     kinds = {d["kind"] for d in _docs(second.stdout)}
     assert "PodGroup" not in kinds and "StatefulSet" not in kinds and "Deployment" in kinds
+
+
+def _templates(doc: dict) -> object:
+    spec = doc.get("spec", {})
+    return spec.get("template", spec.get("leaderWorkerTemplate"))
+
+
+@pytest.mark.parametrize("target", ["coscheduling", "kai", "lws"])
+def test_a_scale_out_leaves_the_pod_templates_of_running_engines_as_they_are(tmp_path, target):
+    """The replica's worst KV transfer rode in every engine's pod template: a new prefill instance placed
+    further away changed it, and `kubectl apply` rolled every serving pod of the replica (an outage)."""
+    two = tmp_path / "two-prefill.yaml"
+    text = SPEC.read_text()
+    assert text.count("instances: 1") >= 1
+    two.write_text(text.replace("instances: 1", "instances: 2", 1))
+    placed = run("solve", two, DATA / "cluster.yaml", "-q", "-t", target)
+    assert placed.returncode == 0, placed.stderr
+    running = tmp_path / "running.yaml"
+    running.write_text(placed.stdout)
+    names = [n["name"] for n in yaml.safe_load((DATA / "cluster.yaml").read_text())["nodes"]]
+    hot = _cluster(tmp_path, {n: {"ttftP90Ms": 850} for n in names}, "hot.yaml")
+    d = tmp_path / "d.json"
+    proc = run("autoscale", SPEC, hot, "--keep", running, "--now", "60", "--full", "--decision", d)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(d.read_text())["action"] == "scale-out"
+    before = {_key(doc): doc for doc in _docs(placed.stdout)}
+    after = {_key(doc): doc for doc in _docs(proc.stdout)}
+
+    def kv(docs: dict) -> set:
+        return {d["metadata"].get("annotations", {}).get("placer.dev/kv-transfer-us") for d in docs.values()} - {None}
+
+    assert kv(after) and kv(after) != kv(before)  # the worst KV transfer changed, on the objects' own metadata
+    kept = [k for k in before if k in after and k[0] in ("StatefulSet", "LeaderWorkerSet")]
+    assert kept and len(after) > len(before)
+    for key in kept:
+        assert _templates(after[key]) == _templates(before[key]), key

@@ -146,7 +146,7 @@ class Context:
             "name": name or self.gang_name(replica),
             "namespace": self.namespace,
             "labels": labels(self.spec, replica, "gang") | (extra_labels or {}),
-            "annotations": self.group_annotations(),
+            "annotations": self.group_annotations() | replica_annotations(self, replica),
         }
 
     def group_annotations(self) -> dict[str, str]:
@@ -221,7 +221,8 @@ def _fmt_us(us: float) -> str:
 
 
 def pod_annotations(ctx: Context, replica: int, inst: InstancePlacement, pod: Pod | None) -> dict[str, str]:
-    """GPU indices, the narrowest domain and predicted costs (``pod`` None: a template for several pods)."""
+    """GPU indices, the narrowest domain and the instance's predicted costs (``pod`` None: a template for
+    several pods); the replica's figures are replica_annotations."""
     c = ctx.costs[(replica, inst.pool, inst.index)]
     out = {
         "placer.dev/instance-gpus": ";".join(f"{p.node}:{','.join(map(str, p.gpus))}" for p in inst.pods),
@@ -231,14 +232,20 @@ def pod_annotations(ctx: Context, replica: int, inst: InstancePlacement, pod: Po
     }
     if pod is not None:
         out["placer.dev/gpus"] = ",".join(map(str, pod.gpus))
-    if ctx.kv[replica].kv_path is not None:
-        out["placer.dev/kv-transfer-us"] = _fmt_us(ctx.kv[replica].kv_us)
     if ctx.nccl:
         settings = nccl.instance_settings(ctx.spec, ctx.topo, inst, ctx.exact_gpus)
         out["placer.dev/nccl"] = json.dumps({s.name: f"{s.value}: {s.reason}" for s in settings}, sort_keys=True)
         notes = nccl.runtime_notes(ctx.topo, inst, ctx.exact_gpus)
         out["placer.dev/runtime-notes"] = json.dumps(notes)
     return out
+
+
+def replica_annotations(ctx: Context, replica: int) -> dict[str, str]:
+    """Figures of the whole replica (its worst prefill -> decode KV transfer), for the gang object's and the
+    controllers' own metadata, never a pod template: a scale-out that adds an instance can change the worst
+    pair, and a changed template would restart every kept pod of the replica on `kubectl apply`."""
+    kv = ctx.kv[replica]
+    return {} if kv.kv_path is None else {"placer.dev/kv-transfer-us": _fmt_us(kv.kv_us)}
 
 
 def engine_container(

@@ -15,6 +15,7 @@ from placer.emit.targets.common import (
     instance_labels,
     labels,
     pool_service_name,
+    replica_annotations,
 )
 from placer.model.errors import InputError
 from placer.model.placement import InstancePlacement, ReplicaPlacement
@@ -55,7 +56,12 @@ def stateful_set(ctx: Context, rep: ReplicaPlacement, inst: InstancePlacement, j
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": meta["namespace"], "labels": own, "annotations": notes},
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": own,
+            "annotations": notes | replica_annotations(ctx, rep.index),
+        },
         "spec": {
             "replicas": 1,
             "serviceName": pool_service_name(ctx, rep.index, inst.pool),

@@ -40,6 +40,7 @@ from placer.emit.targets.common import (
     pod_name,
     pod_spec,
     pool_service_name,
+    replica_annotations,
     replica_pods,
 )
 from placer.emit.targets.controllers import pool_services
@@ -166,7 +167,9 @@ def deployment_of_one(
             "name": name,
             "namespace": ctx.namespace,
             "labels": own,
-            "annotations": {k: v for k, v in pod_notes.items() if k.startswith("placer.dev/")} | (object_notes or {}),
+            "annotations": {k: v for k, v in pod_notes.items() if k.startswith("placer.dev/")}
+            | replica_annotations(ctx, rep.index)
+            | (object_notes or {}),
         },
         "spec": {
             "replicas": 1,

@@ -29,6 +29,7 @@ from placer.emit.targets.common import (
     leader_split,
     pod_annotations,
     pod_spec,
+    replica_annotations,
 )
 from placer.emit.targets.controllers import LEADERWORKERSET_MAX, controller_name, pool_services
 from placer.emit.targets.router import router_docs
@@ -100,7 +101,7 @@ def leader_worker_set(
             "name": name,
             "namespace": ctx.namespace,
             "labels": instance_labels(ctx.spec, rep.index, inst) | {GROUP_LABEL: group},
-            "annotations": pod_annotations(ctx, rep.index, inst, None),
+            "annotations": pod_annotations(ctx, rep.index, inst, None) | replica_annotations(ctx, rep.index),
         },
         "spec": {
             "replicas": 1,
