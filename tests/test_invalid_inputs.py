@@ -4,6 +4,7 @@ in-process (tests/cli_in_process.py); tests/test_cli.py holds the real process t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from cli_in_process import run
 
 import placer
 import placer.model.load
+import placer.model.spec
 from placer.model.errors import InputError
 from placer.model.load import load_cluster, load_spec
 
@@ -257,3 +259,28 @@ def test_a_plain_exponent_is_a_number_as_in_yaml_1_2(tmp_path, written):
     quoted.write_text(text.replace("hiddenSize: 8192", f'hiddenSize: "{written}"'))
     with pytest.raises(InputError, match=r"model.hiddenSize: expected an integer, got .* without quotes"):
         load_spec(quoted)
+
+
+@pytest.mark.parametrize(
+    ("cpu", "accepted", "as_text"),
+    [(16, True, "16"), (0.5, True, "0.5"), ("16", True, "16"), ("500m", True, "500m"), (True, False, None)],
+)
+def test_a_quantity_may_be_a_number_as_kubernetes_takes_it_and_the_schema_agrees(cpu, accepted, as_text):
+    """`cpu: 16` was refused ("Input should be a valid string"), though Kubernetes takes it."""
+    import jsonschema
+    import yaml
+
+    doc = yaml.safe_load(GOOD_SPEC.read_text())
+    doc["pools"]["aggregated"]["template"]["resources"]["requests"]["cpu"] = cpu
+    doc["router"]["cpu"] = cpu
+    schema = json.loads((ROOT / "schemas" / "servingtopology.schema.json").read_text())
+    by_schema = jsonschema.Draft202012Validator(schema).is_valid(doc)
+    try:
+        spec = placer.model.spec.ServingTopology.model_validate(doc)
+    except ValueError as exc:
+        assert not accepted and "expected a quantity such as 16 or 500m, got true" in str(exc)
+        assert not by_schema
+        return
+    assert accepted and by_schema
+    assert spec.pools["aggregated"].template.resources.requests["cpu"] == as_text
+    assert spec.router is not None and spec.router.cpu == as_text

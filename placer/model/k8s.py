@@ -10,7 +10,7 @@ import re
 from decimal import Decimal
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -152,9 +152,27 @@ def _quantity(value: str) -> str:
     return value
 
 
-Quantity = Annotated[str, AfterValidator(_quantity)]
+def quantity_text(value: object) -> object:
+    """A quantity written as a YAML number (``cpu: 16``, ``cpu: 0.5``), which Kubernetes takes too, as the
+    string placer prints (``"16"``, ``"0.5"``); a boolean is refused, anything else is left to the string check."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a quantity such as 16 or 500m, got {'true' if value else 'false'}")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"expected a quantity such as 16 or 500m, got {value}")
+        return format(Decimal(repr(value)).normalize(), "f")
+    return value
+
+
+# Kubernetes' own schemas type a quantity as int-or-string; so do placer's (json_schema_input_type).
+_AS_TEXT = BeforeValidator(quantity_text, json_schema_input_type=str | float)
+QuantityText = Annotated[str, _AS_TEXT]
+"""A value of a requests/limits map: a string, or a number taken as its string."""
+Quantity = Annotated[str, _AS_TEXT, AfterValidator(_quantity)]
 """A string field that must be a Kubernetes quantity (``500m``, ``16Gi``)."""
-CpuQuantity = Annotated[str, AfterValidator(_quantity), AfterValidator(check_cpu)]
+CpuQuantity = Annotated[str, _AS_TEXT, AfterValidator(_quantity), AfterValidator(check_cpu)]
 """A CPU quantity, at most ``MAX_CPU_CORES``."""
-MemoryQuantity = Annotated[str, AfterValidator(_quantity), AfterValidator(check_memory)]
+MemoryQuantity = Annotated[str, _AS_TEXT, AfterValidator(_quantity), AfterValidator(check_memory)]
 """A memory quantity, at most ``MAX_MEMORY_BYTES``."""

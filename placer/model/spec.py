@@ -240,8 +240,8 @@ class EnvVar(_ManifestPart):
 class Resources(_Model):
     """CPU/memory requests and limits per pod; placer adds ``nvidia.com/gpu`` itself."""
 
-    requests: dict[str, str] = Field(default_factory=dict)
-    limits: dict[str, str] = Field(default_factory=dict)
+    requests: dict[str, k8s.QuantityText] = Field(default_factory=dict)
+    limits: dict[str, k8s.QuantityText] = Field(default_factory=dict)
 
     @field_validator("requests", "limits")
     @classmethod
