@@ -437,9 +437,13 @@ def test_a_scale_out_leaves_the_pod_templates_of_running_engines_as_they_are(tmp
     names = [n["name"] for n in yaml.safe_load((DATA / "cluster.yaml").read_text())["nodes"]]
     hot = _cluster(tmp_path, {n: {"ttftP90Ms": 850} for n in names}, "hot.yaml")
     d = tmp_path / "d.json"
-    proc = run("autoscale", SPEC, hot, "--keep", running, "--now", "60", "--full", "--decision", d)
+    record = tmp_path / "after.json"  # a .json record is JSON (it was a YAML stream)
+    proc = run(
+        "autoscale", SPEC, hot, "--keep", running, "--now", "60", "--full", "--decision", d, "--placement", record
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(d.read_text())["action"] == "scale-out"
+    assert json.loads(record.read_text())["kind"] == "Placement"
     before = {_key(doc): doc for doc in _docs(placed.stdout)}
     after = {_key(doc): doc for doc in _docs(proc.stdout)}
 

@@ -595,3 +595,25 @@ def test_empty_yaml_documents_beside_specs_and_clusters_are_skipped_as_kubectl_d
     refused = run("validate", empty, cluster)
     assert_clean_failure(refused, 2)
     assert "empty document" in refused.stderr
+
+
+def test_a_json_placement_file_is_json_for_batches_keep_and_plan(tmp_path: Path) -> None:
+    """README: --placement writes `.json` or `.yaml`; a batch, --keep and plan wrote a YAML stream into x.json."""
+    dgx = CLUSTERS / "dgx-h100-1024.yaml"
+    batch = tmp_path / "batch.json"
+    proc = run_in_process("solve", AGG, DISAGG, dgx, "-q", "--placement", batch)
+    assert proc.returncode == 0, proc.stderr
+    whole = json.loads(batch.read_text())
+    assert whole["kind"] == "List" and [r["kind"] for r in whole["items"]] == ["Placement", "Placement"]
+    assert {r["metadata"]["name"] for r in whole["items"]} == {"llama-70b", "llama-70b-agg"}
+    kept = tmp_path / "kept.json"
+    again = run_in_process("solve", AGG, dgx, "-q", "--keep", batch, "--placement", kept)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(kept.read_text())["kind"] == "Placement"  # one record is the record itself
+    explained = run_in_process("explain", batch, dgx, "-d", "llama-70b", "-o", "json", "--no-baselines")
+    assert explained.returncode == 0, explained.stderr
+    moved = tmp_path / "plan.json"
+    plan = run_in_process("plan", "--from", kept, DISAGG, dgx, "--placement", moved)
+    assert plan.returncode == 0, plan.stderr
+    after = json.loads(moved.read_text())
+    assert after["kind"] == "List" and {r["metadata"]["name"] for r in after["items"]} == {"llama-70b", "llama-70b-agg"}

@@ -148,7 +148,7 @@ def autoscale_command(
             files.add(decision, json.dumps(record, indent=2, sort_keys=False) + "\n", "--decision", inputs)
         if placement is not None and result.placement is not None:
             key = f"{result.spec.metadata.namespace}/{result.spec.metadata.name}"
-            text = records_text([(result.spec, result.placement)], {key: result.target})
+            text = records_text([(result.spec, result.placement)], {key: result.target}, path=placement)
             files.add(placement, text, "--placement", inputs)
         if docs:
             sys.stdout.write(to_json_list(docs) if output is OutputFormat.json else to_yaml(docs))

@@ -106,7 +106,9 @@ def plan_command(
     with Outputs() as files:  # visible only once stdout is written
         if placement is not None:
             targets = {r.key: r.target for r in runs if r.target is not None}  # moves keep each one's target
-            files.add(placement, records_text(result.placements, targets), "--placement", [*running, *paths])
+            files.add(
+                placement, records_text(result.placements, targets, path=placement), "--placement", [*running, *paths]
+            )
         sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         sys.stdout.flush()
         files.commit()

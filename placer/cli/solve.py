@@ -308,7 +308,9 @@ def _solve_fleet(
     else:
         with Outputs() as files:  # visible only once stdout is written
             if placement is not None:
-                text = records_text([(p.deployment.spec, p.placement) for p in res.fleet.placed], res.targets)
+                text = records_text(
+                    [(p.deployment.spec, p.placement) for p in res.fleet.placed], res.targets, path=placement
+                )
                 files.add(placement, text, "--placement", [*specs, cluster, *keep])
             if topology_objects is not None and str(topology_objects) != "-" and res.fleet.placed:
                 _add_topology(files, topology_objects, docs, output, [*specs, cluster, *keep])

@@ -226,11 +226,17 @@ def placement_text(placement: Placement, path: Path, spec: ServingTopology, targ
     return _dump(record)
 
 
-def records_text(placements: list[tuple[ServingTopology, Placement]], targets: Mapping[str, str] | None = None) -> str:
-    """Several placement records as one YAML stream (what --placement writes for a batch); ``targets``: the
-    --target of each deployment's manifests, by namespace/name."""
+def records_text(
+    placements: list[tuple[ServingTopology, Placement]],
+    targets: Mapping[str, str] | None = None,
+    path: Path | None = None,
+) -> str:
+    """Several placement records (what --placement writes for a batch, --keep, plan and autoscale): a YAML
+    stream, or for a ``path`` ending in ``.json`` one record alone and several as a ``kind: List`` (JSON has no streams;
+    every reader takes both). ``targets``: the --target of each deployment's manifests, by namespace/name."""
     targets = targets or {}
-    return "".join(
-        "---\n" + _dump(p.to_record(spec_record(s), target=targets.get(f"{p.namespace}/{p.deployment}")))
-        for s, p in placements
-    )
+    records = [p.to_record(spec_record(s), target=targets.get(f"{p.namespace}/{p.deployment}")) for s, p in placements]
+    if path is not None and path.suffix.lower() == ".json":
+        whole = records[0] if len(records) == 1 else {"apiVersion": "v1", "kind": "List", "items": records}
+        return json.dumps(whole, indent=2, sort_keys=True) + "\n"
+    return "".join("---\n" + _dump(record) for record in records)
