@@ -603,3 +603,41 @@ def _gpus(container: dict) -> bool:
     """An engine container: it asks for GPUs (routers and frontends do not)."""
     resources = container.get("resources", {})
     return "nvidia.com/gpu" in resources.get("limits", {}) or "nvidia.com/gpu" in resources.get("requests", {})
+
+
+def _engine_envs(node) -> list[dict[str, str]]:
+    """Every engine container's env, found anywhere in the objects (placer's PLACER_* variables mark them)."""
+    out = []
+    if isinstance(node, dict):
+        env = node.get("env")
+        if isinstance(env, list) and any(str(e.get("name", "")).startswith("PLACER_") for e in env):
+            out.append({e["name"]: e.get("value") for e in env})
+        for v in node.values():
+            out += _engine_envs(v)
+    elif isinstance(node, list):
+        for v in node:
+            out += _engine_envs(v)
+    return out
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("nccl", [None, False])
+def test_the_specs_nccl_env_reaches_every_engine_on_every_target(target, nccl):
+    """A spec's nccl.env was dropped where placer chooses no NCCL values (coscheduling's default, --no-nccl)."""
+    spec = load_spec(ROOT / "fixtures" / "specs" / "llama-70b-disagg.yaml")
+    decode = spec.pools["decode"]
+    template = decode.template.model_copy(
+        update={"env": [*decode.template.env, type(decode.template.env[0])(name="NCCL_ALGO", value="Tree")]}
+    )
+    spec = spec.model_copy(
+        update={
+            "nccl": spec.nccl.model_copy(update={"env": {"NCCL_DEBUG": "WARN", "NCCL_ALGO": "Ring"}}),
+            "pools": spec.pools | {"decode": decode.model_copy(update={"template": template})},
+        }
+    )
+    topo = build_topology(with_gpu_ids(load_cluster(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml")))
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    docs = build_manifests(spec, topo, placement, verify_placement(spec, topo, placement), target=target, nccl=nccl)
+    envs = _engine_envs(docs)
+    assert envs and all(env["NCCL_DEBUG"] == "WARN" for env in envs)
+    assert {env["NCCL_ALGO"] for env in envs} == {"Tree", "Ring"}  # the decode template's own value wins there

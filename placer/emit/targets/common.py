@@ -273,6 +273,8 @@ def engine_container(
     if ctx.nccl:
         chosen = nccl.instance_settings(ctx.spec, ctx.topo, inst, ctx.exact_gpus) if settings is None else settings
         env += [{"name": s.name, "value": s.value} for s in chosen]
+    else:  # placer chooses nothing, but what the spec sets (nccl.env) is the user's, like template.env
+        env += [{"name": k, "value": v} for k, v in sorted(ctx.spec.nccl.env.items()) if k not in given]
     resources: dict[str, Any] = {"requests": requests}
     if limits:
         resources["limits"] = limits
