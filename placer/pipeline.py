@@ -523,6 +523,13 @@ def run_autoscale(
     running = load_running(keep_paths)
     mine = next((r for r in running if r.key == key), None)
     if mine is None or not mine.instances:
+        elsewhere = sorted(r.key for r in running if r.key.split("/")[1] == spec.metadata.name and r.instances)
+        if elsewhere:  # placed with solve -n: say where, rather than send them to place it twice
+            where = ", ".join(elsewhere)
+            raise InputError(
+                f"--keep: nothing of {key} runs there, but {where} does: give its namespace with -n "
+                f"(-n {elsewhere[0].split('/')[0]})"
+            )
         raise InputError(f"--keep: nothing of {key} runs there; place it first with placer solve")
     metrics = {n.name: n.metrics for n in cluster.nodes}
     shape = shape_of(mine.instances, spec)

@@ -365,7 +365,9 @@ def test_a_deployment_placed_in_another_namespace_is_scaled_there(tmp_path):
     cluster = _cluster(tmp_path, step["metrics"], "c.yaml")
     without = run("autoscale", SPEC, cluster, "--keep", placed, "--now", "60")
     assert_clean_failure(without, 2)
-    assert "nothing of serving/chat runs there" in without.stderr
+    assert "nothing of serving/chat runs there, but team-b/chat does: give its namespace with -n (-n team-b)" in (
+        without.stderr
+    )  # it said "place it first with placer solve", which would have placed it twice
     proc = run("autoscale", SPEC, cluster, "--keep", placed, "--now", "60", "-n", "team-b")
     assert proc.returncode == 0, proc.stderr
     docs = _docs(proc.stdout)

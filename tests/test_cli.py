@@ -617,3 +617,42 @@ def test_a_json_placement_file_is_json_for_batches_keep_and_plan(tmp_path: Path)
     assert plan.returncode == 0, plan.stderr
     after = json.loads(moved.read_text())
     assert after["kind"] == "List" and {r["metadata"]["name"] for r in after["items"]} == {"llama-70b", "llama-70b-agg"}
+
+
+def test_plan_refuses_a_pending_deployment_given_twice(tmp_path: Path) -> None:
+    """plan took it twice and invented a conflict between the two copies (exit 1); solve and validate refuse."""
+    record = tmp_path / "run.yaml"
+    assert run_in_process("solve", DISAGG, CLUSTERS / "dgx-h100-1024.yaml", "-q", "--placement", record).returncode == 0
+    proc = run_in_process("plan", "--from", record, AGG, AGG, CLUSTERS / "dgx-h100-1024.yaml")
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert f"deployment default/llama-70b-agg is also given in {AGG}" in proc.stderr
+
+
+def test_explain_names_both_namespaces_when_a_deployment_name_is_ambiguous(tmp_path: Path) -> None:
+    specs = []
+    for ns in ("team-a", "team-b"):
+        doc = yaml.safe_load(AGG.read_text())
+        doc["metadata"]["namespace"] = ns
+        path = tmp_path / f"{ns}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        specs.append(path)
+    dgx = CLUSTERS / "dgx-h100-1024.yaml"
+    records, manifests = tmp_path / "two.yaml", tmp_path / "two.m.yaml"
+    solved = run_in_process("solve", *specs, dgx, "-q", "--placement", records)
+    assert solved.returncode == 0, solved.stderr
+    manifests.write_text(solved.stdout)
+    for placed in (records, manifests):  # said "must be the only document" / "different placer.dev/spec"
+        proc = run_in_process("explain", placed, dgx, "-d", "llama-70b-agg", "-o", "json", "--no-baselines")
+        assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+        assert "is in several namespaces here: give team-a/llama-70b-agg or team-b/llama-70b-agg" in proc.stderr
+        chosen = run_in_process("explain", placed, dgx, "-d", "team-b/llama-70b-agg", "-o", "json", "--no-baselines")
+        assert chosen.returncode == 0, chosen.stderr
+
+
+def test_generate_refuses_a_size_that_rounds_past_the_cluster_formats_node_limit(tmp_path: Path) -> None:
+    """400,000 GB200 GPUs round up to 100,008 nodes: written after 27 s, then refused by every other command."""
+    out = tmp_path / "big.yaml"
+    proc = run_in_process("cluster", "generate", "--style", "gb200-nvl72", "--gpus", "400000", "-o", out)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert "make 100008 nodes; a cluster file holds at most 100000 nodes" in proc.stderr
+    assert not out.exists()

@@ -16,7 +16,12 @@ app = typer.Typer(help="Create and inspect cluster files.", no_args_is_help=True
 @app.command("generate")
 def generate_command(
     style: Annotated[str, typer.Option("--style", help="dgx-h100, gb200-nvl72 or mixed.")] = "dgx-h100",
-    gpus: Annotated[int, typer.Option("--gpus", min=1, help="GPU count (rounded up to whole nodes / racks).")] = 1024,
+    gpus: Annotated[
+        int,
+        typer.Option(
+            "--gpus", min=1, help="GPU count (rounded up to whole nodes / racks); at most 400000 and 100000 nodes."
+        ),
+    ] = 1024,
     seed: Annotated[int, typer.Option("--seed", help="Random seed: same seed, same file.")] = 0,
     busy: Annotated[
         float | None,

@@ -58,6 +58,7 @@ def plan_command(
     from placer.emit.readback import load_running
     from placer.model.errors import InputError
     from placer.model.load import check_stdin_once, load_cluster, load_specs, locate
+    from placer.solver.fleet import check_unique_keys
     from placer.solver.plan import plan
     from placer.solver.solve import SolveOptions
     from placer.topology.build import build_topology
@@ -69,6 +70,7 @@ def plan_command(
     if not pending_paths and cut is None:
         raise InputError("give pending specs to make room for, or --cut FRACTION, or both")
     pending = [item for p in pending_paths for item in load_specs(p)]
+    check_unique_keys([(f"{s.metadata.namespace}/{s.metadata.name}", source) for s, source in pending])
     try:
         topo = build_topology(load_cluster(cluster_path))
     except InputError as exc:

@@ -93,10 +93,14 @@ def _one_deployment(path: Path, docs: list[dict[str, Any]], wanted: str | None) 
             raise InputError(f"{path}: holds several deployments ({names}): choose one with --deployment")
         return docs
     ns, _, name = wanted.rpartition("/")
-    chosen = [d for d in docs if (k := key(d)) is not None and k[1] == name and (not ns or k[0] == ns)]
-    if not chosen:
-        names = ", ".join(f"{n_ns}/{n}" for n_ns, n in keys)
+    matching = [k for k in keys if k[1] == name and (not ns or k[0] == ns)]
+    names = ", ".join(f"{n_ns}/{n}" for n_ns, n in keys)
+    if not matching:
         raise InputError(f"{path}: no deployment {wanted!r} here (it holds {names})")
+    if len(matching) > 1:
+        which = " or ".join(f"{n_ns}/{n}" for n_ns, n in matching)
+        raise InputError(f"{path}: --deployment {wanted!r} is in several namespaces here: give {which}")
+    chosen = [d for d in docs if key(d) == matching[0]]
     return chosen
 
 

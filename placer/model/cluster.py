@@ -18,6 +18,8 @@ from placer.model import k8s
 from placer.model.k8s import CpuQuantity, MemoryQuantity, field_alias
 from placer.model.numbers import Float, FloatOrNone, Int, IntKey, IntOrNone
 
+MAX_NODES = 100_000  # nodes in one cluster file: 100k GPUs of the largest style and more
+
 HOSTNAME = "kubernetes.io/hostname"  # what the manifests pin pods to
 
 
@@ -302,7 +304,7 @@ class ClusterSpec(_Model):
     metadata: ClusterMetadata
     fabric: Fabric = Fabric()
     node_classes: dict[str, NodeClass] = Field(default_factory=dict)
-    nodes: list[NodeSpec] = Field(min_length=1, max_length=100_000)
+    nodes: list[NodeSpec] = Field(min_length=1, max_length=MAX_NODES)
     overrides: list[Override] = Field(default_factory=list)
     topology_labels: dict[Literal["nvlink-domain", "rack", "leaf"], str] = Field(
         default_factory=dict,

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from placer.model import API_VERSION, k8s
-from placer.model.cluster import GpuGroup
+from placer.model.cluster import MAX_NODES, GpuGroup
 
 STYLES: tuple[str, ...] = ("dgx-h100", "gb200-nvl72", "mixed")
 JOB_SIZES: tuple[int, ...] = (1, 2, 4, 8)
@@ -199,6 +199,10 @@ def generate_cluster(
     drawn = rng.uniform(*DEFAULT_BUSY)  # always drawn, so the rest of the stream does not depend on it
     fraction = drawn if busy_fraction is None else busy_fraction
     fabric, classes, nodes = _LAYOUTS[style](gpus)
+    if len(nodes) > MAX_NODES:  # whole racks can round past it: a file no other command would read
+        raise ValueError(
+            f"{gpus} GPUs as {style} make {len(nodes)} nodes; a cluster file holds at most {MAX_NODES} nodes"
+        )
     sizes = [classes[n["class"]]["gpus"]["count"] for n in nodes]
     total = sum(sizes)
     for node, busy in zip(nodes, _background_jobs(sizes, round(fraction * total), rng), strict=True):
