@@ -82,6 +82,11 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "cluster-queue-depth-1e308.yaml": ("cluster", 16, "nodes[1].metrics.queueDepth: expected finite numbers"),
     # booleans where numbers belong (pydantic's lax mode read true as 1)
     "spec-tp-true.yaml": ("spec", 10, "pools.aggregated.tensorParallel: expected an integer, got true"),
+    "spec-tp-not-dividing-kv-heads.yaml": (
+        "spec",
+        12,
+        "pools.aggregated.tensorParallel: vllm splits the model's 8 KV heads (model.kvHeads) over the",
+    ),
     "spec-tp-quoted.yaml": (
         "spec",
         11,
