@@ -656,3 +656,12 @@ def test_generate_refuses_a_size_that_rounds_past_the_cluster_formats_node_limit
     assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
     assert "make 100008 nodes; a cluster file holds at most 100000 nodes" in proc.stderr
     assert not out.exists()
+
+
+def test_plan_says_the_cut_it_was_asked_for(tmp_path: Path) -> None:
+    """--cut 0.0001 was reported as "cost drop by 0%"."""
+    record = tmp_path / "run.yaml"
+    assert run_in_process("solve", DISAGG, CLUSTERS / "dgx-h100-1024.yaml", "-q", "--placement", record).returncode == 0
+    proc = run_in_process("plan", "--from", record, CLUSTERS / "dgx-h100-1024.yaml", "--cut", "0.0001")
+    assert proc.returncode == 1, proc.stderr
+    assert "cost drop by 0.01%" in proc.stderr

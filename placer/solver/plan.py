@@ -262,7 +262,7 @@ def _plan(
 def _want(pending, cut: float | None) -> str:
     parts = ["the pending deployments fit"] if pending else []
     if cut is not None:
-        parts.append(f"the running deployments' cost drop by {cut:.0%}")
+        parts.append(f"the running deployments' cost drop by {cut * 100:g}%")
     return " and ".join(parts)
 
 
