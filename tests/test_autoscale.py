@@ -457,3 +457,47 @@ def test_a_scale_out_leaves_the_pod_templates_of_running_engines_as_they_are(tmp
     assert kept and len(after) > len(before)
     for key in kept:
         assert _templates(after[key]) == _templates(before[key]), key
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    replicas=st.integers(1, 4),
+    prefill=st.integers(1, 5),
+    decode=st.integers(1, 5),
+    q=st.tuples(_value, _value),
+    last=st.one_of(st.none(), st.floats(0, 1000)),
+)
+def test_a_shape_outside_its_bounds_goes_back_to_the_nearest_bound_first(replicas, prefill, decode, q, last):
+    """A shape outside the policies' bounds (3 replicas against maxReplicas 2, say) was left as it was: "none,
+    every signal between the lines". It now goes back to the nearest bound, replicas first, whatever the
+    telemetry or the cooldown, as a HorizontalPodAutoscaler does."""
+    shape = Shape(replicas, {"prefill": prefill, "decode": decode})
+    seen = {"prefill": Observed(2 * prefill, q[0], None), "decode": Observed(2 * decode, q[1], None)}
+    d = decide(SPEC_OBJ, shape, seen, State(None, last, {}), 1000)
+    outside = [
+        (scope, n, lo, hi)
+        for scope, n, lo, hi in [
+            ("replicas", replicas, 1, 2),
+            ("pool/decode", decode, 1, 3),
+            ("pool/prefill", prefill, 1, 3),
+        ]
+        if not lo <= n <= hi
+    ]
+    if not outside:
+        return
+    scope, n, lo, hi = outside[0]
+    assert (d.action, d.scope) == ("scale-out" if n < lo else "scale-in", scope)
+    assert min(max(n, lo), hi) == (d.after.replicas if scope == "replicas" else d.after.instances[scope[5:]])
+    assert f"{n} running, above max" in d.reason
+
+
+def test_a_pool_below_its_min_instances_scales_out_to_it():
+    prefill = SPEC_OBJ.pools["prefill"]
+    assert prefill.scaling is not None
+    raised = prefill.model_copy(update={"scaling": prefill.scaling.model_copy(update={"min_instances": 3})})
+    spec = SPEC_OBJ.model_copy(update={"pools": SPEC_OBJ.pools | {"prefill": raised}})
+    shape = Shape(1, {"prefill": 1, "decode": 2})
+    calm = {"prefill": Observed(2, 1.0, 500.0), "decode": Observed(4, 1.0, 500.0)}
+    d = decide(spec, shape, calm, State(0, 0, {}), 10)  # in cooldown, and calm: a bound does not wait
+    assert (d.action, d.scope, d.after.instances["prefill"]) == ("scale-out", "pool/prefill", 3)
+    assert d.reason == "1 running, below minInstances 3"

@@ -211,7 +211,9 @@ def decide(spec: ServingTopology, shape: Shape, observed: Mapping[str, Observed]
     when their instances are the same size) before a pool scale-out before a replica
     scale-out; scale-in only when nothing is hot, after ``scaleDownAfter`` below the line, replicas before
     pools. Any scope waits out its ``cooldown`` after the deployment's last change, whatever changed: every
-    change moves every pool's load. Bounds are the policies' min/max; a pool never goes below one instance."""
+    change moves every pool's load. Bounds are the policies' min/max; a pool never goes below one instance.
+    A shape outside its bounds (the spec's bounds changed, or it was placed by hand) is first brought back to
+    the nearest bound, in one step."""
     sigs = signals(spec, shape, observed)
     level = {s.scope: s.level for s in sigs}
     cold_since = {s.scope: state.cold_since.get(s.scope, now) for s in sigs if s.level == "cold"}
@@ -227,6 +229,15 @@ def decide(spec: ServingTopology, shape: Shape, observed: Mapping[str, Observed]
     def act(action: str, scope: str, after: Shape, reason: str) -> Decision:
         return Decision(action, scope, reason, shape, after, tuple(sigs), State(now, now, {}))
 
+    for scope in sorted(level, key=lambda s: (s != REPLICAS, s)):  # outside its bounds: back to the nearest
+        lo, hi = _bounds(spec, scope)
+        n = _count(shape, scope)
+        if not lo <= n <= hi:  # (a bound is the policy's, as a HorizontalPodAutoscaler's: no signal or cooldown)
+            goal = min(max(n, lo), hi)
+            word = "Replicas" if scope == REPLICAS else "Instances"
+            limit = f"min{word} {lo}" if goal > n else f"max{word} {hi}"
+            why = f"{n} running, {'below' if goal > n else 'above'} {limit}"
+            return act("scale-out" if goal > n else "scale-in", scope, _with(shape, scope, goal - n), why)
     hot = [s for s in sigs if s.level == "hot"]
     blocked: list[str] = []
     for sig in hot:
