@@ -569,11 +569,14 @@ def run_autoscale(
         result = solve_fleet(
             [Deployment(after_spec, str(spec_path), None)], keep.topology, _wall_left(options, started)
         )
+    if result.unplaced and not allow_moves:  # would moving its running instances help? Say so only if it would
+        moved = solve_fleet([Deployment(after_spec, str(spec_path), None)], keep.topology, _wall_left(options, started))
+        hint = ["--allow-moves lets running instances of this deployment move to make room"]
+        reasons = [*result.unplaced[0].reasons, *hint] if moved.placed else moved.unplaced[0].reasons
+        raise InfeasibleError(f"{key}: the {decision.action} of {decision.scope} cannot be placed", reasons)
     if result.unplaced:
-        hint = [] if allow_moves else ["--allow-moves lets running instances of this deployment move to make room"]
         raise InfeasibleError(
-            f"{key}: the {decision.action} of {decision.scope} cannot be placed",
-            [*result.unplaced[0].reasons, *hint],
+            f"{key}: the {decision.action} of {decision.scope} cannot be placed", result.unplaced[0].reasons
         )
     placement = result.placed[0].placement
     report = verify_fleet(keep.topology, [(after_spec, placement)])[0]

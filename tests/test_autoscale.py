@@ -113,16 +113,21 @@ def test_same_inputs_same_bytes(tmp_path):
     assert outs[0] == outs[1]
 
 
-def test_a_scale_out_that_does_not_fit_exits_1_and_says_why(tmp_path):
-    # n1 and n2 full, n3 has only the running deployment's 6 GPUs and two busy ones: no room for prefill-1
+@pytest.mark.parametrize("n1_free", [True, False])
+def test_a_scale_out_that_does_not_fit_exits_1_and_says_why(tmp_path, n1_free):
+    """n2 full, n3 has only the running deployment's 6 GPUs and two busy ones, and a KV floor only NVLink
+    meets keeps a replica on one node: no room for prefill-1 beside the pinned instances. With n1 free the
+    whole replica fits there, so --allow-moves is suggested; with n1 full it fits nowhere, and the suggestion
+    (made before whether or not it would help) is not."""
     step = yaml.safe_load((DATA / "trace.yaml").read_text())[1]
-    cluster = _cluster(
-        tmp_path, step["metrics"], "c.yaml", busy={"n1": list(range(8)), "n2": list(range(8)), "n3": [6, 7]}
-    )
+    busy = {"n2": list(range(8)), "n3": [6, 7]} | ({} if n1_free else {"n1": list(range(8))})
+    cluster = _cluster(tmp_path, step["metrics"], "c.yaml", busy=busy)
+    spec = tmp_path / "floor.yaml"
+    spec.write_text(SPEC.read_text() + "transfer: {minBandwidthGBps: 500}\n")
     outs = [tmp_path / "next.json", tmp_path / "next.yaml"]
     proc = run(
         "autoscale",
-        SPEC,
+        spec,
         cluster,
         "--keep",
         DATA / "running.yaml",
@@ -134,7 +139,10 @@ def test_a_scale_out_that_does_not_fit_exits_1_and_says_why(tmp_path):
         outs[1],
     )
     assert_clean_failure(proc, 1)
-    assert "cannot be placed" in proc.stderr and "--allow-moves" in proc.stderr
+    assert "cannot be placed" in proc.stderr
+    assert ("--allow-moves lets running instances" in proc.stderr) == n1_free
+    if not n1_free:
+        assert "1 replica(s) need 8 GPUs across all pools; only 6 matching GPUs are free" in proc.stderr
     assert not any(p.exists() for p in outs)  # nothing written: the next call retries with the same --state
 
 
@@ -396,7 +404,9 @@ def test_a_scale_out_with_no_room_left_does_not_blame_a_healthy_instance(tmp_pat
     proc = run("autoscale", SPEC, full, "--keep", first, "--now", "1000", "--state", d1)
     assert_clean_failure(proc, 1)
     assert "breaks the spec's placement rules" not in proc.stderr
-    assert "has no room around it for the rest of its replica as scaled" in proc.stderr
+    # moving the running instances would not help either: the shortage is said, not a pinned instance blamed
+    assert "no single domain has the 10 free GPUs this requires" in proc.stderr
+    assert "--allow-moves" not in proc.stderr
 
 
 def test_the_readme_loop_keeps_the_target_through_placement_records(tmp_path):
