@@ -332,14 +332,6 @@ def check_pool(spec: Any, pool_name: str) -> None:
     if preset(spec, pool_name) is None:
         return
     where = f"pools.{pool_name}.template"
-    tp, kv = pool.tensor_parallel, spec.model.kv_heads
-    if tp % kv and kv % tp:  # vLLM, SGLang and TensorRT-LLM split the KV heads, or copy them, per rank
-        fits = sorted({d for d in range(1, kv + 1) if kv % d == 0} | {kv * 2, kv * 4})
-        raise ValueError(
-            f"pools.{pool_name}.tensorParallel: {t.engine} splits the model's {kv} KV heads (model.kvHeads) over "
-            f"the tensor-parallel ranks, or copies them, so {tp} must divide {kv} or be a multiple of it "
-            f"(e.g. {', '.join(map(str, fits))}); the engine would not start"
-        )
     if t.engine == "trtllm" and multinode_pool(pool) and not dynamo_workers(spec):
         raise ValueError(
             f"{where}.engine: trtllm-serve over several nodes needs an MPI launcher (mpirun or Slurm with "

@@ -43,6 +43,9 @@ ROUTER_PLACEHOLDERS = (
 DEFAULT_DECODE_TOKENS = 256  # a decode batch's tokens per forward pass when the spec does not say
 
 
+MAX_TP = 72  # GPUs in one tensor-parallel group: a GB200 NVL72 rack
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, alias_generator=field_alias, frozen=True)
 
@@ -319,7 +322,7 @@ class Pool(_Model):
 
     role: Role | None = Field(default=None, description="Defaults to the pool's name when that is a role.")
     instances: Int = Field(ge=1, le=4096)
-    tensor_parallel: Int = Field(ge=1, le=72, description="GPUs per TP group (one pipeline stage).")
+    tensor_parallel: Int = Field(ge=1, le=MAX_TP, description="GPUs per TP group (one pipeline stage).")
     pipeline_parallel: Int = Field(default=1, ge=1, le=64)
     node_count: IntOrNone = Field(default=None, ge=1, le=1024, description="Nodes per instance (multi-node).")
     gpus_per_node: IntOrNone = Field(default=None, ge=1, le=72)
@@ -689,6 +692,8 @@ class ServingTopology(_Model):
     def _presets(self) -> ServingTopology:
         for name in self.pools:
             engines.check_pool(self, name)
+            if engines.preset(self, name) is not None:
+                self._check_kv_heads(name)
         kind = self.router_kind
         if kind in ("sglang", "vllm"):
             roles = {self.role_of(p) for p in self.pools}
@@ -704,6 +709,21 @@ class ServingTopology(_Model):
                     f"{self.pools[other[0]].template.engine}: use that engine's router kind, or custom"
                 )
         return self
+
+    def _check_kv_heads(self, pool_name: str) -> None:
+        """vLLM, SGLang and TensorRT-LLM split the KV heads over the tensor-parallel ranks, or copy them: a
+        size that neither divides them nor is a multiple of them does not start (the attention heads are
+        not checked: hiddenSize / headDim is not their count for every model)."""
+        tp, kv = self.pools[pool_name].tensor_parallel, self.model.kv_heads
+        if tp % kv and kv % tp:
+            fits = sorted(
+                n for n in {*range(1, kv + 1), kv * 2, kv * 4} if n <= MAX_TP and (kv % n == 0 or n % kv == 0)
+            )
+            raise ValueError(
+                f"pools.{pool_name}.tensorParallel: {self.pools[pool_name].template.engine} splits the model's {kv} "
+                f"KV heads (model.kvHeads) over the tensor-parallel ranks, or copies them, so {tp} must divide {kv} "
+                f"or be a multiple of it (e.g. {', '.join(map(str, fits))}); the engine would not start"
+            )
 
     @model_validator(mode="after")
     def _references(self) -> ServingTopology:

@@ -244,8 +244,8 @@ def replica_annotations(ctx: Context, replica: int) -> dict[str, str]:
     """Figures of the whole replica (its worst prefill -> decode KV transfer), for the gang object's and the
     controllers' own metadata, never a pod template: a scale-out that adds an instance can change the worst
     pair, and a changed template would restart every kept pod of the replica on `kubectl apply`."""
-    kv = ctx.kv[replica]
-    return {} if kv.kv_path is None else {"placer.dev/kv-transfer-us": _fmt_us(kv.kv_us)}
+    kv = ctx.kv.get(replica)  # none where the checker stopped before costing (a broken placement)
+    return {} if kv is None or kv.kv_path is None else {"placer.dev/kv-transfer-us": _fmt_us(kv.kv_us)}
 
 
 def engine_container(
