@@ -289,3 +289,36 @@ def test_a_quantity_may_be_a_number_as_kubernetes_takes_it_and_the_schema_agrees
     assert accepted and by_schema
     assert spec.pools["aggregated"].template.resources.requests["cpu"] == as_text
     assert spec.router is not None and spec.router.cpu == as_text
+
+
+def test_a_string_that_reads_as_an_exponent_is_written_quoted_and_read_back(tmp_path):
+    """With plain 1e3 read as a number, the writers (YAML 1.1 rules) still wrote the string "1e3" unquoted:
+    placer could not read its own record back, and kubectl would read the env value as a number."""
+    import yaml
+
+    text = GOOD_SPEC.read_text()
+    assert "      model: meta-llama/Llama-3.3-70B-Instruct\n" in text
+    spec, plain = tmp_path / "spec.yaml", tmp_path / "plain.yaml"
+    spec.write_text(text.replace("      model: meta", "      env: [{name: MAX_SEQS, value: '1e3'}]\n      model: meta"))
+    plain.write_text(text.replace("      model: meta", "      env: [{name: MAX_SEQS, value: 1e3}]\n      model: meta"))
+    with pytest.raises(InputError, match=r"value: Input should be a valid string \(got the number 1000.0: quote it"):
+        load_spec(plain)  # as kubectl reads it: a number where a string belongs
+    record = tmp_path / "record.yaml"
+    solved = run("solve", spec, GOOD_CLUSTER, "-q", "--placement", record)
+    assert solved.returncode == 0, solved.stderr
+    assert "value: '1e3'" in solved.stdout
+    assert "value: '1e3'" in record.read_text()
+    explained = run("explain", record, GOOD_CLUSTER, "-o", "json", "--no-baselines")
+    assert explained.returncode == 0, explained.stderr
+    for text in (solved.stdout, record.read_text()):
+        values = [e["value"] for d in yaml.safe_load_all(text) if d for e in _envs(d) if e.get("name") == "MAX_SEQS"]
+        assert values and set(values) == {"1e3"}
+
+
+def _envs(node) -> list[dict]:
+    if isinstance(node, dict):
+        own = node.get("env") if isinstance(node.get("env"), list) else []
+        return [e for e in own if isinstance(e, dict)] + [e for v in node.values() for e in _envs(v)]
+    if isinstance(node, list):
+        return [e for v in node for e in _envs(v)]
+    return []

@@ -26,6 +26,7 @@ from placer.check.verify import Report
 from placer.emit.targets import DEFAULT_TARGET, TARGETS, builder
 from placer.emit.targets.common import GPU_RESOURCE, GROUP_LABEL, Context, pod_name
 from placer.model.errors import InputError
+from placer.model.load import add_yaml12_floats
 from placer.model.placement import Placement
 from placer.model.record import spec_record
 from placer.model.spec import ServingTopology
@@ -164,9 +165,17 @@ _STR, _INT = "tag:yaml.org,2002:str", "tag:yaml.org,2002:int"
 _MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
 
 
+class _Resolver(yaml.resolver.Resolver):
+    pass
+
+
+for _cls in (_PlainDumper, _FastDumper, _Resolver):  # a string such as "1e3" is quoted, as the loader needs
+    add_yaml12_floats(_cls)
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _scalar_tag(value: str, implicit: tuple[bool, bool]) -> str:
-    return yaml.resolver.Resolver().resolve(ScalarNode, value, implicit)
+    return _Resolver().resolve(ScalarNode, value, implicit)
 
 
 # The Python emitter counts a key's implicit "!!str" tag (5 characters) against its 128-character limit for a

@@ -180,6 +180,13 @@ def _tag_name(tag: str) -> str:
 _EXPONENT_ONLY = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+")
 
 
+def add_yaml12_floats(resolver: type) -> type:
+    """Make a PyYAML dumper (or resolver) class see plain ``1e3`` and ``1.0e3`` as numbers, as YAML 1.2 and
+    placer's loader do: a dumper then quotes such a string, and placer reads back the string it wrote."""
+    resolver.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_ONLY, list("-+0123456789."))
+    return resolver
+
+
 def _check_node(root: yaml.Node, source: str) -> None:
     """Reject aliases (a node reached twice), tags, complex keys, huge integers and duplicate mapping keys,
     iteratively."""
@@ -301,6 +308,8 @@ def validation_message(exc: ValidationError, source: str, root: yaml.Node) -> st
             msg = "unknown field (check spelling; see schemas/ for the allowed fields)"
         elif not isinstance(got, (dict, list)) and got is not None and err["type"] != "value_error":
             hint = f" (got {got!r})"
+            if err["type"] == "string_type" and isinstance(got, (int, float)) and not isinstance(got, bool):
+                hint = f" (got the number {got!r}: quote it if it is text, as YAML reads 8, 1.5 and 1e3 as numbers)"
         lines.append(f"{where}: {field + ': ' if field else ''}{msg}{hint}")
     more = len(errors) - 10
     if more > 0:

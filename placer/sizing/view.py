@@ -7,8 +7,16 @@ import yaml
 from rich.table import Table
 from rich.text import Text
 
+from placer.model.load import add_yaml12_floats
 from placer.model.spec import ServingTopology
 from placer.sizing.plan import SizeResult
+
+
+class _Dumper(yaml.SafeDumper):
+    """yaml.safe_dump's, quoting strings such as "1e3" that placer's loader reads as numbers."""
+
+
+add_yaml12_floats(_Dumper)
 
 
 def spec_text(spec: ServingTopology, as_json: bool = False) -> str:
@@ -21,7 +29,7 @@ def spec_text(spec: ServingTopology, as_json: bool = False) -> str:
         import json
 
         return json.dumps(_whole(doc), indent=2) + "\n"
-    return yaml.safe_dump(_whole(doc), sort_keys=False, default_flow_style=False, width=1000)
+    return yaml.dump(_whole(doc), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000)
 
 
 def _whole(value):
