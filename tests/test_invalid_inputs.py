@@ -87,6 +87,11 @@ CASES: dict[str, tuple[str, int | None, str]] = {
         12,
         "pools.aggregated.tensorParallel: vllm splits the model's 8 KV heads (model.kvHeads) over the",
     ),
+    "spec-nccl-env-reserved.yaml": (
+        "spec",
+        14,
+        "nccl.env: 'PLACER_INSTANCE_PODS' is reserved: placer sets the PLACER_* variables",
+    ),
     "spec-tp-quoted.yaml": (
         "spec",
         11,

@@ -641,3 +641,33 @@ def test_the_specs_nccl_env_reaches_every_engine_on_every_target(target, nccl):
     envs = _engine_envs(docs)
     assert envs and all(env["NCCL_DEBUG"] == "WARN" for env in envs)
     assert {env["NCCL_ALGO"] for env in envs} == {"Tree", "Ring"}  # the decode template's own value wins there
+
+
+def _env_lists(node) -> list[list[dict]]:
+    if isinstance(node, dict):
+        env = node.get("env")
+        own = [env] if isinstance(env, list) and any(str(e.get("name", "")).startswith("PLACER_") for e in env) else []
+        return own + [x for v in node.values() for x in _env_lists(v)]
+    if isinstance(node, list):
+        return [x for v in node for x in _env_lists(v)]
+    return []
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_an_engine_env_names_each_variable_once_when_nccl_env_repeats_a_presets(target):
+    """nccl.env naming a variable the vLLM preset sets (the NIXL side-channel host) gave the engine it twice."""
+    spec = load_spec(ROOT / "fixtures" / "specs" / "llama-70b-disagg.yaml")
+    spec = spec.model_copy(
+        update={
+            "nccl": spec.nccl.model_copy(update={"env": {"VLLM_NIXL_SIDE_CHANNEL_HOST": "x", "NCCL_DEBUG": "WARN"}})
+        }
+    )
+    topo = build_topology(with_gpu_ids(load_cluster(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml")))
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    docs = build_manifests(spec, topo, placement, verify_placement(spec, topo, placement), target=target)
+    lists = _env_lists(docs)
+    assert lists
+    for env in lists:
+        names = [e["name"] for e in env]
+        assert len(names) == len(set(names)), names
+        assert "NCCL_DEBUG" in names

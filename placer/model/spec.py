@@ -536,7 +536,9 @@ class Nccl(_Model):
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         for name in v:
             if not k8s.ENV_NAME.fullmatch(name):
-                raise ValueError(f"nccl.env: {name!r} is not an environment variable name")
+                raise ValueError(f"{name!r} is not an environment variable name")
+            if name.startswith(RESERVED_ENV_PREFIX):
+                raise ValueError(f"{name!r} is reserved: placer sets the {RESERVED_ENV_PREFIX}* variables")
         return v
 
 

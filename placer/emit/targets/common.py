@@ -270,11 +270,12 @@ def engine_container(
     given = {e.name for e in t.env}
     env += [e for e in engines.preset_env(ctx.spec, inst.pool) if e["name"] not in given]
     env += [e.manifest() for e in t.env]
+    present = {e["name"] for e in env}  # one value per name: placer's own, the preset's and the template's first
     if ctx.nccl:
         chosen = nccl.instance_settings(ctx.spec, ctx.topo, inst, ctx.exact_gpus) if settings is None else settings
-        env += [{"name": s.name, "value": s.value} for s in chosen]
+        env += [{"name": s.name, "value": s.value} for s in chosen if s.name not in present]
     else:  # placer chooses nothing, but what the spec sets (nccl.env) is the user's, like template.env
-        env += [{"name": k, "value": v} for k, v in sorted(ctx.spec.nccl.env.items()) if k not in given]
+        env += [{"name": k, "value": v} for k, v in sorted(ctx.spec.nccl.env.items()) if k not in present]
     resources: dict[str, Any] = {"requests": requests}
     if limits:
         resources["limits"] = limits
