@@ -77,6 +77,18 @@ def test_record_naming_a_pool_its_spec_does_not_have(how: str) -> None:
     )
 
 
+@pytest.mark.parametrize("how", ["keep", "explain", "plan"])
+def test_a_list_whose_items_are_not_a_list(how: str) -> None:
+    bad = RECORDS / "record-list-items-not-a-list.yaml"
+    if how == "keep":
+        proc = run("solve", SPEC, CLUSTER, "--keep", bad)
+    elif how == "explain":
+        proc = run("explain", bad, "--cluster", CLUSTER, "--no-baselines", "-o", "json")
+    else:
+        proc = run("plan", "--from", bad, CLUSTER, "--cut", "0.05")
+    assert_bad_input(proc, f"{bad}:4: items: a List's items must be a list of objects")
+
+
 # --- reading: '-', pipes, endless inputs --------------------------------------------------------------
 
 

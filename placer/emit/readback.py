@@ -63,8 +63,11 @@ def _documents(path: Path) -> list[tuple[Any, yaml.Node]]:
     parsed = parse_documents(read_text(path), str(path))
     if len(parsed) == 1 and isinstance(parsed[0][0], dict) and parsed[0][0].get("kind") == "List":
         data, root = parsed[0]
-        items = list(data.get("items") or [])
+        items = data.get("items") or []
         seq = next((v for k, v in root.value if getattr(k, "value", None) == "items"), None)
+        if not isinstance(items, list):
+            line = seq.start_mark.line + 1 if seq is not None else 1
+            raise InputError(f"{path}:{line}: items: a List's items must be a list of objects")
         nodes = (
             seq.value if isinstance(seq, yaml.SequenceNode) and len(seq.value) == len(items) else [root] * len(items)
         )
