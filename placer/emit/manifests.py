@@ -246,6 +246,5 @@ def records_text(
     targets = targets or {}
     records = [p.to_record(spec_record(s), target=targets.get(f"{p.namespace}/{p.deployment}")) for s, p in placements]
     if path is not None and path.suffix.lower() == ".json":
-        whole = records[0] if len(records) == 1 else {"apiVersion": "v1", "kind": "List", "items": records}
-        return json.dumps(whole, indent=2, sort_keys=True) + "\n"
+        return json.dumps(records[0], indent=2, sort_keys=True) + "\n" if len(records) == 1 else to_json_list(records)
     return "".join("---\n" + _dump(record) for record in records)

@@ -385,10 +385,11 @@ def locate(source: Path | str, error: InputError) -> InputError:
     path, document = source_document(source)
     try:
         docs = parse_documents(read_text(path), str(path))
-        line = line_of(docs[document - 1][1], _path_from_text(message)) if len(docs) >= document else None
     except InputError:
-        line = None
-    return InputError(f"{source}:{line}: {message}" if line else f"{source}: {message}")
+        docs = []
+    return (
+        at_line(source, docs[document - 1][1], message) if len(docs) >= document else InputError(f"{source}: {message}")
+    )
 
 
 def at_line(source: Path | str, root: yaml.Node, message: str) -> InputError:
