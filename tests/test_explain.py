@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -311,8 +312,10 @@ def test_an_edited_record_that_is_no_placement_of_its_spec_is_bad_input_with_its
         load_placed(path)
     message = str(info.value)
     assert said in message
-    line = _line_with(path, line_text) if line_text else None
-    assert message.startswith(f"{path}:{line}: " if line else f"{path}:")
+    if line_text:
+        assert message.startswith(f"{path}:{_line_with(path, line_text)}: ")
+    else:  # the instance's or the list's own line
+        assert re.match(rf"{re.escape(str(path))}:\d+: replicas\[0\]\.instances", message), message
 
 
 # ---- why not -----------------------------------------------------------------------------------------

@@ -273,7 +273,8 @@ def test_a_plain_exponent_is_a_number_as_in_yaml_1_2(tmp_path, written):
 
 @pytest.mark.parametrize(
     ("cpu", "accepted", "as_text"),
-    [(16, True, "16"), (0.5, True, "0.5"), ("16", True, "16"), ("500m", True, "500m"), (True, False, None)],
+    [(16, True, "16"), (0.5, True, "0.5"), (1e-7, True, "0.0000001"), ("16", True, "16"), ("500m", True, "500m")]
+    + [(True, False, "expected a quantity such as 16 or 500m, got true"), (1e300, False, "'1e+300' is out of range")],
 )
 def test_a_quantity_may_be_a_number_as_kubernetes_takes_it_and_the_schema_agrees(cpu, accepted, as_text):
     """`cpu: 16` was refused ("Input should be a valid string"), though Kubernetes takes it."""
@@ -288,8 +289,8 @@ def test_a_quantity_may_be_a_number_as_kubernetes_takes_it_and_the_schema_agrees
     try:
         spec = placer.model.spec.ServingTopology.model_validate(doc)
     except ValueError as exc:
-        assert not accepted and "expected a quantity such as 16 or 500m, got true" in str(exc)
-        assert not by_schema
+        assert not accepted and as_text in str(exc)  # 1e300 was quoted as a 301-digit number
+        assert by_schema == isinstance(cpu, float)  # (the schema does not bound a number)
         return
     assert accepted and by_schema
     assert spec.pools["aggregated"].template.resources.requests["cpu"] == as_text
@@ -327,3 +328,20 @@ def _envs(node) -> list[dict]:
     if isinstance(node, list):
         return [e for v in node for e in _envs(v)]
     return []
+
+
+def test_metric_maps_keyed_by_gpu_index_take_json_string_keys(tmp_path):
+    """JSON writes every key as a string: {"0": 0.5} must stay GPU 0's value, while a string value is refused."""
+    import yaml
+
+    doc = yaml.safe_load(GOOD_CLUSTER.read_text())
+    node = doc["nodes"][0]
+    node["metrics"] = {"kvCacheHit": {"0": 0.5, "1": 0.25}}
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(doc))
+    cluster = load_cluster(path)
+    assert cluster.nodes[0].metrics is not None and cluster.nodes[0].metrics.kv_cache_hit == {0: 0.5, 1: 0.25}
+    node["metrics"] = {"kvCacheHit": {"0": "0.5"}}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=r"kvCacheHit.*expected a number, got '0.5'"):
+        load_cluster(path)

@@ -162,7 +162,8 @@ def quantity_text(value: object) -> object:
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError(f"expected a quantity such as 16 or 500m, got {value}")
-        return format(Decimal(repr(value)).normalize(), "f")
+        text = format(Decimal(repr(value)).normalize(), "f")
+        return text if len(text) <= 20 else repr(value)  # 1e+300 stays short in messages (and is a quantity)
     return value
 
 
