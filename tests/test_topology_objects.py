@@ -272,3 +272,12 @@ def test_dry_run_lists_what_topology_objects_file_would_hold_and_writes_nothing(
     listed = dry.stdout.split(f"objects --topology-objects {out} would hold ({len(kinds)})")[1]
     rows = {line.split("│")[1].strip() for line in listed.splitlines() if line.startswith("│")}
     assert rows == kinds
+
+
+def test_a_batch_dry_run_counts_what_topology_objects_file_would_hold(tmp_path):
+    dgx = ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"
+    out = tmp_path / "topo.yaml"
+    dry = run("solve", AGG, DISAGG, dgx, "-t", "kueue", "-q", "--dry-run", "--topology-objects", out)
+    assert dry.returncode == 0, dry.stderr
+    assert not out.exists()
+    assert f"objects (and 2 in {out});" in " ".join(dry.stdout.split())

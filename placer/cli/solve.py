@@ -303,8 +303,10 @@ def _solve_fleet(
         docs = topology_manifests(placed, res.topology, res.target, target_version)
         res.manifests = _with_topology(res.manifests, docs, topology_objects)
     seconds = time.perf_counter() - t0
+    file = topology_objects is not None and str(topology_objects) != "-" and res.fleet.placed
+    apart = (str(topology_objects), len(docs)) if file else None  # objects the stream does not hold
     if dry_run:
-        _console(sys.stdout).print(_fleet_table(res, seconds))
+        _console(sys.stdout).print(_fleet_table(res, seconds, apart))
     else:
         with Outputs() as files:  # visible only once stdout is written
             if placement is not None:
@@ -318,7 +320,7 @@ def _solve_fleet(
             sys.stdout.flush()
             files.commit()
         if not quiet:  # with -q the table is not built at all (rich's tables cost 0.06 s to import)
-            _console(sys.stderr).print(_fleet_table(res, seconds))
+            _console(sys.stderr).print(_fleet_table(res, seconds, apart))
             for line in res.slo_warnings():
                 print(line, file=sys.stderr)
     if res.fleet.unplaced:
@@ -356,10 +358,10 @@ def _check_topology_target(target: str) -> None:
         )
 
 
-def _fleet_table(res, seconds: float):
+def _fleet_table(res, seconds: float, apart: tuple[str, int] | None = None):
     from placer.explain.fleet_view import fleet_table
 
-    return fleet_table(res, seconds)
+    return fleet_table(res, seconds, apart)
 
 
 def _add_topology(files, path: Path, docs: list[dict], output, inputs) -> None:

@@ -15,7 +15,7 @@ def at_scarcity_prices(placement) -> bool:
     return any(n.startswith(SCARCITY_NOTE) for n in placement.stats.notes)
 
 
-def fleet_table(res, wall_s: float) -> Group:
+def fleet_table(res, wall_s: float, apart: tuple[str, int] | None = None) -> Group:
     """``res`` is a pipeline.FleetSolveResult."""
     fleet = res.fleet
     table = Table(title="placer: batch", title_justify="left", show_edge=False, pad_edge=False)
@@ -61,7 +61,8 @@ def fleet_table(res, wall_s: float) -> Group:
     parts.append(
         Text(
             f"placed {len(fleet.placed)}/{len(fleet.placed) + len(fleet.unplaced)} deployments, "
-            f"{len(res.manifests)} objects; cost {fleet.cost} units{gap}; {wall_s:.2f}s"
+            f"{len(res.manifests)} objects{'' if apart is None else f' (and {apart[1]} in {apart[0]})'}; "
+            f"cost {fleet.cost} units{gap}; {wall_s:.2f}s"
         )
     )
     parts += [Text(f"note: {n}") for n in [*res.notes, *fleet.notes]]
