@@ -625,7 +625,7 @@ def test_plan_refuses_a_pending_deployment_given_twice(tmp_path: Path) -> None:
     assert run_in_process("solve", DISAGG, CLUSTERS / "dgx-h100-1024.yaml", "-q", "--placement", record).returncode == 0
     proc = run_in_process("plan", "--from", record, AGG, AGG, CLUSTERS / "dgx-h100-1024.yaml")
     assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
-    assert f"deployment default/llama-70b-agg is also given in {AGG}" in proc.stderr
+    assert f"{AGG}: deployment default/llama-70b-agg is given twice (the same file twice?)" in proc.stderr
 
 
 def test_explain_names_both_namespaces_when_a_deployment_name_is_ambiguous(tmp_path: Path) -> None:

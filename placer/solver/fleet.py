@@ -105,9 +105,8 @@ def check_unique_keys(keys: list[tuple[str, str]]) -> None:
     seen: dict[str, str] = {}
     for key, source in keys:
         if key in seen:
-            raise InputError(
-                f"{source}: deployment {key} is also given in {seen[key]}: names must be unique per namespace"
-            )
+            where = "given twice (the same file twice?)" if seen[key] == source else f"also given in {seen[key]}"
+            raise InputError(f"{source}: deployment {key} is {where}: names must be unique per namespace")
         seen[key] = source
 
 
