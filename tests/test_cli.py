@@ -665,3 +665,55 @@ def test_plan_says_the_cut_it_was_asked_for(tmp_path: Path) -> None:
     proc = run_in_process("plan", "--from", record, CLUSTERS / "dgx-h100-1024.yaml", "--cut", "0.0001")
     assert proc.returncode == 1, proc.stderr
     assert "cost drop by 0.01%" in proc.stderr
+
+
+PLAN_CLUSTER = """apiVersion: placer.dev/v1alpha1
+kind: Cluster
+metadata: {name: lab}
+fabric:
+  network: {kind: infiniband, railGBps: 50, railsPerNode: 8, latencyUs: 2}
+nodeClasses:
+  dgx-h100: {gpus: {count: 8, product: NVIDIA-H100-80GB-HBM3, memoryGiB: 80}, nvlinkGBps: 900, cpu: "224", memory: 2Ti}
+  a100-pcie:
+    {gpus: {count: 8, product: NVIDIA-A100-PCIE-40GB, memoryGiB: 40}, interconnect: pcie, cpu: "128", memory: 1Ti}
+nodes:
+  - {name: dgx-001, class: dgx-h100, rack: r01, leaf: su1}
+  - {name: pcie-001, class: a100-pcie, rack: r01, leaf: su1}
+  - {name: cpu-1, rack: r01, leaf: su1, cpu: "32", memory: 128Gi}
+"""
+
+PLAN_SPEC = """apiVersion: placer.dev/v1alpha1
+kind: ServingTopology
+metadata: {name: NAME}
+model: {layers: 80, hiddenSize: 8192, kvHeads: 8, headDim: 128}
+pools:
+  aggregated:
+    instances: 1
+    tensorParallel: 8
+    placement: {required: node}
+    gpu: {product: PRODUCT}
+    template: {engine: vllm, model: meta-llama/Llama-3.3-70B-Instruct, image: vllm/vllm-openai:v0.15.0}
+router: {kind: vllm, near: {pool: aggregated, level: rack}}
+"""
+
+
+def test_plan_says_two_pending_deployments_want_the_same_gpus(tmp_path: Path) -> None:
+    """Two pending TP8 deployments for the cluster's one H100 node, beside an unrelated A100 one: each alone
+    fits, and explaining each alone blamed router.near, then (dropped) what runs. They compete for the GPUs."""
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(PLAN_CLUSTER)
+    specs = {}
+    for name, product in [
+        ("h1", "NVIDIA-H100-80GB-HBM3"),
+        ("h2", "NVIDIA-H100-80GB-HBM3"),
+        ("run", "NVIDIA-A100-PCIE-40GB"),
+    ]:
+        specs[name] = tmp_path / f"{name}.yaml"
+        specs[name].write_text(PLAN_SPEC.replace("NAME", name).replace("PRODUCT", product))
+    record = tmp_path / "run.json"
+    assert run_in_process("solve", specs["run"], cluster, "-q", "--placement", record).returncode == 0
+    proc = run_in_process("plan", "--from", record, specs["h1"], specs["h2"], cluster)
+    assert proc.returncode == 1, proc.stderr
+    assert "default/h2: aggregated needs 8 GPUs for 1 replica(s); only 0 matching GPUs are free" in proc.stderr
+    assert "which hold 8 GPUs" in proc.stderr
+    assert "default/h1" not in proc.stderr and "scale them in" not in proc.stderr

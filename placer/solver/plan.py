@@ -87,21 +87,25 @@ def plan(
 
 
 def _why_not(running: list[Running], pending: list[tuple[ServingTopology, str]], topo: Topology) -> list[str]:
-    """Why no moves make room, in solve's words: each pending deployment's own conflicts on the cluster with
-    every running instance gone (what no move can change); if each fits there alone, that they fit only
-    without what runs, which keeps its replicas."""
-    from placer.solver.conflicts import explain_infeasible
+    """Why no moves make room, in solve's words, on the cluster with every running instance gone (what no
+    move can change): the pending deployments placed there as a batch would be, each one left out with its
+    conflicts (its own rules, or the GPUs the pending ones before it took); if all of them fit there, that
+    they fit only without what runs, which keeps its replicas. (Explaining each one alone said nothing
+    true of two that fit only one at a time: a rule of one that holds was blamed.)"""
+    from placer.solver.fleet import Deployment, solve_fleet
 
     base = plan_keep(running, [r.spec for r in running if r.spec is not None], topo).topology
-    reasons = []
-    for spec, _source in pending:
-        key = f"{spec.metadata.namespace}/{spec.metadata.name}"
+    reasons, batch = [], []
+    for spec, source in pending:
         try:
-            problem = build_problem(spec, base)
+            build_problem(spec, base)
         except InputError as exc:
-            reasons.append(f"{key}: {exc}")
-            continue
-        reasons += [f"{key}: {c}" for c in explain_infeasible(problem, seconds=10.0)]
+            reasons.append(f"{spec.metadata.namespace}/{spec.metadata.name}: {exc}")
+        else:
+            batch.append(Deployment(spec, source))
+    if batch:
+        left = solve_fleet(batch, base, SolveOptions(time_limit_s=10.0)).unplaced
+        reasons += [f"{u.deployment.key}: {r}" for u in left for r in u.reasons]
     if not reasons and pending:
         reasons.append(
             "each pending deployment fits on the cluster with every running instance gone, but not beside what "
