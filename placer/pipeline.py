@@ -544,8 +544,11 @@ def run_autoscale(
     before_pl = running_placement(mine, topo.name)
     if mine.stats is not None:  # regenerate the objects as they were printed, solver status included
         before_pl = replace(before_pl, stats=mine.stats)
+    # As they were printed: with or without placer's NCCL values as the running manifests say (a record does
+    # not), so that asking for the other now shows every engine object as changed.
+    as_printed = emit if mine.nccl is None else emit | {"nccl": mine.nccl}
     before = build_manifests(
-        before_spec, keep.topology, before_pl, check_fleet_one(keep.topology, before_spec, before_pl), **emit
+        before_spec, keep.topology, before_pl, check_fleet_one(keep.topology, before_spec, before_pl), **as_printed
     )
     if decision.action == "none":
         return AutoscaleResult(before_spec, decision, observed, [], before, [], [], None, emit["target"])

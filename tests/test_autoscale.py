@@ -511,3 +511,24 @@ def test_a_pool_below_its_min_instances_scales_out_to_it():
     d = decide(spec, shape, calm, State(0, 0, {}), 10)  # in cooldown, and calm: a bound does not wait
     assert (d.action, d.scope, d.after.instances["prefill"]) == ("scale-out", "pool/prefill", 3)
     assert d.reason == "1 running, below minInstances 3"
+
+
+def test_asking_for_nccl_values_the_running_objects_lack_shows_every_engine_as_changed(tmp_path):
+    """The running objects were printed without --nccl; autoscale --nccl compared against objects it
+    regenerated with NCCL values, so the record listed the engines as unchanged and the incremental stream
+    left them without the values --full gives them."""
+    running = tmp_path / "running.yaml"
+    placed = run("solve", SPEC, DATA / "cluster.yaml", "-q")
+    assert placed.returncode == 0, placed.stderr
+    running.write_text(placed.stdout)
+    step = yaml.safe_load((DATA / "trace.yaml").read_text())[1]
+    cluster = _cluster(tmp_path, step["metrics"], "c.yaml")
+    for nccl, engines_unchanged in ((["--nccl"], False), ([], True)):
+        d = tmp_path / "d.json"
+        proc = run("autoscale", SPEC, cluster, "--keep", running, "--now", "60", "--decision", d, *nccl)
+        assert proc.returncode == 0, proc.stderr
+        unchanged = json.loads(d.read_text())["objects"]["unchanged"]
+        assert any(u.startswith("StatefulSet.") for u in unchanged) == engines_unchanged, unchanged
+        printed = {_key(doc) for doc in _docs(proc.stdout)}
+        kept = {_key(doc) for doc in _docs(placed.stdout) if doc["kind"] == "StatefulSet"}
+        assert (kept <= printed) != engines_unchanged

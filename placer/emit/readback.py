@@ -407,8 +407,18 @@ def _read(path: Path, parsed: list[tuple[dict[str, Any], yaml.Node]]) -> list[Ru
     for _key, group in sorted(groups.items()):
         running = _from_placed(path, _from_manifests(path, group))
         running.target = target_of(group)
+        running.nccl = _carries(group, "placer.dev/nccl")
         out.append(running)
     return out
+
+
+def _carries(node: Any, key: str) -> bool:
+    """Whether any mapping inside ``node`` has ``key`` (an annotation anywhere in objects and templates)."""
+    if isinstance(node, dict):
+        return key in node or any(_carries(v, key) for v in node.values())
+    if isinstance(node, list):
+        return any(_carries(v, key) for v in node)
+    return False
 
 
 # What tells each --target's output apart, most specific first. Kinds: LWS and DRA also write a

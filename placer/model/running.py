@@ -22,6 +22,7 @@ class Running:
     stats: SolveStats | None = None  # the solve it came from (records, manifests): what its objects carry
     cluster: str = ""  # the cluster it was placed on, where records and manifests say (bare pods do not)
     target: str | None = None  # the --target it was written for, where its record, manifests or pods say
+    nccl: bool | None = None  # whether its objects carry placer's NCCL values (manifests say; records do not)
 
     @property
     def key(self) -> str:
