@@ -293,8 +293,15 @@ def test_hint_file_and_matrix_for_one_node_complement_each_other() -> None:
             topo=(f"p4d={SAMPLES / 'dgx-a100-topo-m.txt'}",),
         )
     )
-    # The hint file names the GPU (device 0x20b0); the matrix, applied later, gives NVLink and NUMA.
-    assert result.report.conflicts == []
+    # The hint file names the GPU (device 0x20b0); the matrix, applied later, gives NVLink and NUMA. The two
+    # files come from different machines (a p4d: 2 NUMA nodes, 4 EFA NICs; a DGX A100: NPS4, 8 IB rails):
+    # where both know the sockets and the rails they disagree, and that is said (it passed --strict before).
+    xml, matrix = SAMPLES / "aws-p4d-24xl-topo.xml", SAMPLES / "dgx-a100-topo-m.txt"
+    assert result.report.conflicts == [
+        f"node p4d: {xml} and {matrix} put the GPUs on different sockets "
+        f"(0,1,2,3 | 4,5,6,7 and 0,1 | 2,3 | 4,5 | 6,7); using {matrix}",
+        f"node p4d: {xml} and {matrix} find 4 and 8 network rails; using {matrix}",
+    ]
     cls = result.document["nodeClasses"]["nvidia-a100-sxm4-40gb-x8"]
     assert (cls["interconnect"], cls["nvlinkGBps"], cls["gpus"][0]["memoryGiB"]) == ("nvlink", 600.0, 40.0)
     # The bus ids are the hint file's (topo -m has none): the summary credits them to it, not to the matrix.
@@ -376,3 +383,21 @@ def test_a_test_with_one_rank_per_node_drove_one_rail(tmp_path) -> None:
     (override,) = result.document["overrides"]
     assert override["bandwidthGBps"] == 338.82
     assert "2 ranks on 2 node(s), over 1 rail(s) per node" in override["source"]
+
+
+def test_two_files_of_one_node_conflict_only_where_both_know_and_disagree() -> None:
+    from dataclasses import replace
+
+    from placer.importers.merge import _hardware_conflicts
+    from placer.importers.topo_matrix import parse_topo_matrix
+
+    text = (SAMPLES / "dgx-a100-topo-m.txt").read_text()
+    a = parse_topo_matrix(text, "a.txt").to_hardware()
+    b = parse_topo_matrix(text, "b.txt").to_hardware()
+    assert _hardware_conflicts(a, b) == []  # the same node twice
+    ib = replace(a, nics=tuple(replace(n, kind="infiniband") for n in a.nics))
+    eth = replace(b, nics=tuple(replace(n, kind="ethernet") for n in b.nics))
+    assert _hardware_conflicts(ib, eth) == ["name different networks (infiniband and ethernet)"]
+    assert _hardware_conflicts(ib, b) == []  # b does not say which network: nothing to disagree with
+    fewer = replace(b, gpus=b.gpus[:4])
+    assert _hardware_conflicts(a, fewer) == ["describe different GPU counts (8 and 4)"]
