@@ -388,16 +388,16 @@ def test_a_test_with_one_rank_per_node_drove_one_rail(tmp_path) -> None:
 def test_two_files_of_one_node_conflict_only_where_both_know_and_disagree() -> None:
     from dataclasses import replace
 
-    from placer.importers.merge import _hardware_conflicts
+    from placer.importers.hardware import conflicts
     from placer.importers.topo_matrix import parse_topo_matrix
 
     text = (SAMPLES / "dgx-a100-topo-m.txt").read_text()
     a = parse_topo_matrix(text, "a.txt").to_hardware()
     b = parse_topo_matrix(text, "b.txt").to_hardware()
-    assert _hardware_conflicts(a, b) == []  # the same node twice
+    assert conflicts(a, b) == []  # the same node twice
     ib = replace(a, nics=tuple(replace(n, kind="infiniband") for n in a.nics))
     eth = replace(b, nics=tuple(replace(n, kind="ethernet") for n in b.nics))
-    assert _hardware_conflicts(ib, eth) == ["name different networks (infiniband and ethernet)"]
-    assert _hardware_conflicts(ib, b) == []  # b does not say which network: nothing to disagree with
+    assert conflicts(ib, eth) == ["name different networks (infiniband and ethernet)"]
+    assert conflicts(ib, b) == []  # b does not say which network: nothing to disagree with
     fewer = replace(b, gpus=b.gpus[:4])
-    assert _hardware_conflicts(a, fewer) == ["describe different GPU counts (8 and 4)"]
+    assert conflicts(a, fewer) == ["describe different GPU counts (8 and 4)"]

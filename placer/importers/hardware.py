@@ -184,3 +184,37 @@ def nic_socket(hw: NodeHardware, nic: NicInfo, socket_of: dict[int, int]) -> int
         if found:
             return found.pop() if len(found) == 1 else None
     return None
+
+
+def conflicts(a: NodeHardware, b: NodeHardware) -> list[str]:
+    """Where two files of one node disagree (merge lists each as "<file> and <file> ..."): GPU counts;
+    NVLink bonds, sockets (compared as groups of GPUs: the files may number NUMA nodes differently), rails
+    and network kinds, each only where both files know it."""
+    if len(a.gpus) != len(b.gpus):
+        return [f"describe different GPU counts ({len(a.gpus)} and {len(b.gpus)})"]
+    out = []
+    if a.nvlink_known and b.nvlink_known and any(nvlinks(a.links[k]) != nvlinks(b.links.get(k, "")) for k in a.links):
+        out.append("describe different NVLinks")
+    groups = [_socket_groups(x) for x in (a, b)]
+    if None not in groups and groups[0] != groups[1]:
+        out.append(f"put the GPUs on different sockets ({_said(groups[0])} and {_said(groups[1])})")
+    if all(n.links for x in (a, b) for n in x.nics) and a.nics and b.nics:
+        ra, rb = rails(a), rails(b)
+        if len(ra) != len(rb):
+            out.append(f"find {len(ra)} and {len(rb)} network rails")
+    kinds = [{n.kind for n in x.nics if n.kind} for x in (a, b)]
+    if all(kinds) and kinds[0] != kinds[1]:
+        out.append(f"name different networks ({'/'.join(sorted(kinds[0]))} and {'/'.join(sorted(kinds[1]))})")
+    return out
+
+
+def _socket_groups(x: NodeHardware) -> list[list[int]] | None:
+    """The GPUs of each socket, where the file says (None where one socket was only assumed)."""
+    of, how = sockets(x)
+    if how.startswith("none"):
+        return None
+    return sorted(sorted(i for i in of if of[i] == s) for s in set(of.values()))
+
+
+def _said(groups: list[list[int]]) -> str:
+    return " | ".join(",".join(map(str, g)) for g in groups)

@@ -198,7 +198,7 @@ def _apply_hardware(hw_file: HardwareFile, ledger: Ledger, own_node: str | None)
     for name in names:
         draft = ledger.drafts[name]
         before = draft.hardware
-        for what in _hardware_conflicts(before, found) if before is not None else []:
+        for what in hw.conflicts(before, found) if before is not None else []:
             ledger.conflicts.append(f"node {name}: {before.source} and {found.source} {what}; using {found.source}")
         draft.hardware = _complement(found, before) if before is not None else found
         ledger.set(draft, "gpus", len(found.gpus), origin)
@@ -215,44 +215,6 @@ def _complement(new: hw.NodeHardware, old: hw.NodeHardware) -> hw.NodeHardware:
     )
     kept = any(o.bus_id and not g.bus_id for g, o in zip(new.gpus, old.gpus, strict=True))
     return replace(new, gpus=gpus, bus_ids_from=(old.bus_ids_from or old.source) if kept else new.bus_ids_from)
-
-
-def _hardware_conflicts(a: hw.NodeHardware, b: hw.NodeHardware) -> list[str]:
-    """Where two files of one node disagree, each as "describe ...": GPU counts; NVLink bonds, sockets
-    (compared as groups of GPUs: the files may number NUMA nodes differently), rails and network kinds,
-    each only where both files know it."""
-    if len(a.gpus) != len(b.gpus):
-        return [f"describe different GPU counts ({len(a.gpus)} and {len(b.gpus)})"]
-    out = []
-    if (
-        a.nvlink_known
-        and b.nvlink_known
-        and any(hw.nvlinks(a.links[k]) != hw.nvlinks(b.links.get(k, "")) for k in a.links)
-    ):
-        out.append("describe different NVLinks")
-    groups = [_socket_groups(x) for x in (a, b)]
-    if None not in groups and groups[0] != groups[1]:
-        out.append(f"put the GPUs on different sockets ({_said(groups[0])} and {_said(groups[1])})")
-    if all(n.links for x in (a, b) for n in x.nics) and a.nics and b.nics:
-        ra, rb = hw.rails(a), hw.rails(b)
-        if len(ra) != len(rb):
-            out.append(f"find {len(ra)} and {len(rb)} network rails")
-    kinds = [{n.kind for n in x.nics if n.kind} for x in (a, b)]
-    if all(kinds) and kinds[0] != kinds[1]:
-        out.append(f"name different networks ({'/'.join(sorted(kinds[0]))} and {'/'.join(sorted(kinds[1]))})")
-    return out
-
-
-def _socket_groups(x: hw.NodeHardware) -> list[list[int]] | None:
-    """The GPUs of each socket, where the file says (None where one socket was only assumed)."""
-    of, how = hw.sockets(x)
-    if how.startswith("none"):
-        return None
-    return sorted(sorted(i for i in of if of[i] == s) for s in set(of.values()))
-
-
-def _said(groups: list[list[int]]) -> str:
-    return " | ".join(",".join(map(str, g)) for g in groups)
 
 
 def _apply_k8s(nodes: NodesFile, scheme: LabelScheme, ledger: Ledger) -> None:
