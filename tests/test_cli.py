@@ -717,3 +717,28 @@ def test_plan_says_two_pending_deployments_want_the_same_gpus(tmp_path: Path) ->
     assert "default/h2: aggregated needs 8 GPUs for 1 replica(s); only 0 matching GPUs are free" in proc.stderr
     assert "which hold 8 GPUs" in proc.stderr
     assert "default/h1" not in proc.stderr and "scale them in" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["-q", "-v"], "-q and -v contradict each other"),
+        (["--dry-run", "--placement", "PLACED"], "--dry-run writes no files: drop --placement"),
+        (["--dry-run", "-o", "json"], "--dry-run prints a text plan; -o json is for the manifests"),
+    ],
+)
+def test_solve_refuses_options_that_contradict_each_other(tmp_path: Path, extra: list[str], said: str) -> None:
+    """-q -v streamed the solver log; --dry-run dropped --placement and -o json silently."""
+    args = [str(tmp_path / "placed.json") if a == "PLACED" else a for a in extra]
+    proc = run_in_process("solve", AGG, SMALL, *args)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert said in proc.stderr and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_quiet_batch_still_says_why_a_deployment_was_left_out() -> None:
+    """-q promises nothing on stderr unless something fails; a batch that left one out exited 1 in silence."""
+    proc = run_in_process("solve", SPECS, CLUSTERS / "dgx-h100-1024.yaml", "-q")
+    assert proc.returncode == 1
+    assert "serving/llama-70b-large (" in proc.stderr and "not placed:" in proc.stderr
+    assert "  - prefill needs 32 groups of 8 GPUs" in proc.stderr

@@ -158,9 +158,16 @@ def solve_command(
 
     inputs = [*paths, *(keep or [])]
     check_stdin_once(inputs)
+    if quiet and verbose:
+        raise InputError(
+            "-q and -v contradict each other: -q prints nothing on stderr, -v streams the solver log there"
+        )
+    if dry_run and placement is not None:
+        raise InputError("--dry-run writes no files: drop --placement (or --dry-run)")
+    if dry_run and output is OutputFormat.json:
+        raise InputError("--dry-run prints a text plan; -o json is for the manifests: drop one of them")
     if placement is not None:
-        busy = "the plan" if dry_run else "the manifests"
-        check_output(placement, "--placement", inputs, stdout_busy=busy)
+        check_output(placement, "--placement", inputs, stdout_busy="the manifests")
     if topology_objects is not None:
         check_output(topology_objects, "--topology-objects", [*inputs, *([placement] if placement else [])])
     from placer.model.k8s import check_namespace_option
@@ -323,6 +330,11 @@ def _solve_fleet(
             _console(sys.stderr).print(_fleet_table(res, seconds, apart))
             for line in res.slo_warnings():
                 print(line, file=sys.stderr)
+        else:  # a failure is said even with -q: which deployments were left out, and why
+            for u in res.fleet.unplaced:
+                print(f"{u.deployment.key} ({u.deployment.source}) not placed:", file=sys.stderr)
+                for reason in u.reasons:
+                    print(f"  - {reason}", file=sys.stderr)
     if res.fleet.unplaced:
         raise typer.Exit(1)
 
