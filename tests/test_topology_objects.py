@@ -12,6 +12,8 @@ import pytest
 import yaml
 from cli_in_process import run
 from fixtures_solved import ROOT, solved_fixture
+from hypothesis import given
+from hypothesis import strategies as st
 from k8s_acceptance import assert_accepted
 from test_acceptance import _gfd_node
 from test_cli import AGG, DISAGG, SMALL
@@ -281,3 +283,24 @@ def test_a_batch_dry_run_counts_what_topology_objects_file_would_hold(tmp_path):
     assert dry.returncode == 0, dry.stderr
     assert not out.exists()
     assert f"objects (and 2 in {out});" in " ".join(dry.stdout.split())
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 20), st.integers(0, 12)), min_size=2, max_size=6))
+def test_release_order_puts_pre_releases_before_their_release(cores):
+    """v0.1.0 sorted before v0.1.0-alpha.10 (the alpha's number read as a fourth), so grove refused v0.1.0."""
+    from placer.emit.targets.versions import version_key
+
+    for major, minor, patch in cores:
+        final = f"v{major}.{minor}.{patch}"
+        ladder = [f"{final}-alpha.9", f"{final}-alpha.10", f"{final}-beta.1", f"{final}-rc.2", final]
+        assert sorted(ladder, key=version_key) == ladder
+        assert version_key(f"{major}.{minor}") == version_key(f"v{major}.{minor}.0")
+    ordered = sorted(cores)
+    assert [version_key("v{}.{}.{}".format(*c)) for c in ordered] == sorted(
+        version_key("v{}.{}.{}".format(*c)) for c in cores
+    )
+
+
+def test_grove_takes_its_first_release_after_the_alpha_it_requires():
+    proc = run("solve", AGG, SMALL, "-t", "grove", "-q", "--target-version", "v0.1.0")
+    assert proc.returncode == 0, proc.stderr

@@ -18,12 +18,21 @@ def require_version(version: str | None, product: str, oldest: str, why: str) ->
         )
 
 
+_PRE = {"alpha": 0, "beta": 1, "rc": 2}
+
+
 def version_key(release: str) -> tuple[int, ...]:
-    """Release order by its numbers: v1.13.0 < 1.14; v0.1.0-alpha.9 < v0.1.0-alpha.10 (pre-releases only)."""
-    numbers = tuple(int(n) for n in re.findall(r"\d+", release))
+    """Release order as semver has it: v1.13.0 < 1.14 (1.12 == 1.12.0); a pre-release before its release,
+    v0.1.0-alpha.9 < v0.1.0-alpha.10 < v0.1.0-beta.1 < v0.1.0-rc.1 < v0.1.0."""
+    main, _, pre = release.partition("-")
+    numbers = tuple(int(n) for n in re.findall(r"\d+", main))
     if not numbers:
         raise InputError(f"--target-version {release!r}: expected a release such as 1.14 or v0.1.0-alpha.10")
-    return numbers + (0,) * (4 - len(numbers))  # 1.12 == 1.12.0
+    key = numbers + (0,) * (3 - len(numbers))
+    if not pre:
+        return (*key, 1)  # the release itself, after every pre-release of it
+    label = re.match(r"[a-z]*", pre.lower())
+    return (*key, 0, _PRE.get(label.group(0) if label else "", 0), *(int(n) for n in re.findall(r"\d+", pre)))
 
 
 def check_version(target: str, version: str | None) -> None:
