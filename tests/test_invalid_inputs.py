@@ -92,6 +92,11 @@ CASES: dict[str, tuple[str, int | None, str]] = {
         14,
         "nccl.env: 'PLACER_INSTANCE_PODS' is reserved: placer sets the PLACER_* variables",
     ),
+    "spec-data-parallel-args.yaml": (
+        "spec",
+        16,
+        "pools.aggregated.template.args[2]: -dp 2 contradicts the spec: an instance is one data-parallel rank",
+    ),
     "spec-tp-quoted.yaml": (
         "spec",
         11,

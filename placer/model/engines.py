@@ -1,19 +1,18 @@
-"""Engine presets (``template.engine``): the command, flags, port and probes of a serving engine, written
-from the spec and the placement, and the check that refuses user args contradicting them.
+"""Engine presets (``template.engine``): a serving engine's command, flags, port and probes, from the spec and
+the placement, and the check that refuses user args contradicting them.
 
-Every flag placer writes comes from the engine's own documentation (docs/TARGETS.md cites each, with the
-version): tensor- and pipeline-parallel sizes from the pool, the disaggregation role and KV transfer from the
-pool's role, the HTTP host and port, and for a multi-node instance the rendezvous (node count, this pod's
-rank, the leader's address) as ``$(VAR)`` references to the env every engine container carries
-(``RANK_ENV``, ``PODS_ENV``, ``LEADER_ENV`` below, set by placer.emit.targets.common; Kubernetes expands
-them in command and args).
+Every flag placer writes comes from the engine's own documentation (docs/TARGETS.md cites each, with the version):
+tensor- and pipeline-parallel sizes from the pool, the disaggregation role and KV transfer from the pool's role, the
+HTTP host and port, and for a multi-node instance the rendezvous (node count, this pod's rank, the leader's address)
+as ``$(VAR)`` references to the env every engine container carries (``RANK_ENV``, ``PODS_ENV``, ``LEADER_ENV``
+below, set by placer.emit.targets.common; Kubernetes expands them in command and args).
 
-With ``router.kind: dynamo`` the engines run as Dynamo workers (``python3 -m dynamo.<engine>``): the same
-parallel flags and role, no HTTP server of their own (Dynamo's frontend discovers them), no multi-node
-rendezvous (Dynamo's operator injects it, ``--target dynamo``).
+With ``router.kind: dynamo`` the engines run as Dynamo workers (``python3 -m dynamo.<engine>``): the same parallel
+flags and role, no HTTP server of their own (Dynamo's frontend discovers them), no multi-node rendezvous (Dynamo's
+operator injects it, ``--target dynamo``).
 
-This module reads only the spec (so that ``placer.model.spec`` can run the contradiction check at load time,
-where the file and line are known); ``engine_spec`` turns one instance's facts into container fields.
+It reads only the spec (``placer.model.spec`` runs the contradiction check at load time, where the file and line
+are known); ``engine_spec`` turns one instance's facts into container fields.
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ from typing import Any
 
 from placer.model.errors import InputError
 
-# Environment names the engine flags reference (the same constants as placer.emit.targets.common, which
-# imports nccl and the spec; kept here so the spec module can import this one without a cycle).
+# Env names the flags reference (placer.emit.targets.common's too; here, so the spec imports no cycle).
 RANK_ENV = "PLACER_POD_RANK"
 PODS_ENV = "PLACER_INSTANCE_PODS"
 LEADER_ENV = "PLACER_LEADER_ADDRESS"
@@ -210,11 +208,13 @@ def preset(spec: Any, pool_name: str, dynamo: bool = False) -> Preset | None:
     port_why = f"the engine's port is {port} (template.ports, else the preset's)"
     host = Flag(("--host",), "0.0.0.0", "the engine listens on every address of its pod")
     derived = "from the placement: the instance's pods, this pod's rank, the leader's address"
+    dp_why = f"an instance is one data-parallel rank (more: pools.{pool_name}.instances)"  # more need more GPUs
     if t.engine == "vllm":
         owned = [
             Flag(("--tensor-parallel-size", "-tp"), tp, tp_why),
             Flag(("--pipeline-parallel-size", "-pp"), pp, pp_why),
             Flag(("--model",), model, model_why),
+            Flag(("--data-parallel-size", "-dp"), "1", dp_why),
         ]
         args = ["--tensor-parallel-size", tp, "--pipeline-parallel-size", pp]
         if dynamo:
@@ -234,6 +234,7 @@ def preset(spec: Any, pool_name: str, dynamo: bool = False) -> Preset | None:
             Flag(("--tp-size", "--tensor-parallel-size"), tp, tp_why),
             Flag(("--pp-size", "--pipeline-parallel-size"), pp, pp_why),
             Flag(("--model-path", "--model"), model, model_why),
+            Flag(("--dp-size", "--data-parallel-size", "--dp"), "1", dp_why),
         ]
         args = ["--model-path", model, "--tp-size", tp, "--pp-size", pp]
         mode = Flag(("--disaggregation-mode",), role if role != "aggregated" else None, role_why)
