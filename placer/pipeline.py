@@ -326,6 +326,11 @@ def _run_fleet(
     from placer.topology.build import build_topology
 
     started = time.perf_counter()
+    spec_paths, cluster_path, keep_paths = (
+        [Path(p) for p in spec_paths],
+        Path(cluster_path),
+        [Path(p) for p in keep_paths],
+    )
     given = [item for p in spec_paths for item in load_specs(p)]
     if namespace is not None:
         given = [(in_namespace(s, namespace), src) for s, src in given]
@@ -417,7 +422,10 @@ class LongLived:
 
 def in_namespace(spec: ServingTopology, namespace: str) -> ServingTopology:
     """``--namespace``: the spec with its namespace replaced, so objects, records and the spec annotation all
-    carry it."""
+    carry it. A namespace that is no DNS label is bad input here too (model_copy does not validate)."""
+    from placer.model.k8s import check_namespace_option
+
+    check_namespace_option(namespace)
     return spec.model_copy(update={"metadata": spec.metadata.model_copy(update={"namespace": namespace})})
 
 

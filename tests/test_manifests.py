@@ -5,6 +5,7 @@ no way for spec values to inject fields or documents."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -126,3 +127,37 @@ def test_default_target_is_coscheduling_without_nccl(solved):
     env = {e["name"] for d in engine_pods(explicit) for e in d["spec"]["containers"][0]["env"]}
     assert not any(n.startswith(("NCCL_", "CUDA_")) for n in env)
     assert not any("placer.dev/nccl" in d["metadata"].get("annotations", {}) for d in explicit)
+
+
+ROOT_DIR = Path(__file__).resolve().parent.parent
+AGG_SPEC = ROOT_DIR / "fixtures" / "specs" / "aggregated-tp8.yaml"
+SMALL_CLUSTER = ROOT_DIR / "fixtures" / "clusters" / "small-mixed.yaml"
+
+
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [
+        (lambda: run_solve(AGG_SPEC, SMALL_CLUSTER, SolveOptions(time_limit_s=5), namespace="Bad_NS"), "--namespace"),
+        (lambda: run_solve(AGG_SPEC, SMALL_CLUSTER, SolveOptions(time_limit_s=5), target="nope"), "is not a --target"),
+        (lambda: SolveOptions(time_limit_s=float("inf")), "time_limit_s: expected more than 0"),
+        (lambda: SolveOptions(time_limit_s=-1), "time_limit_s: expected more than 0"),
+        (lambda: SolveOptions(time_limit_s=float("nan")), "time_limit_s: expected more than 0"),
+        (lambda: SolveOptions(workers=0), "workers: expected at least 1"),
+        (lambda: SolveOptions(wall_limit_s=0), "wall_limit_s: expected more than 0"),
+    ],
+    ids=["namespace", "target", "inf", "negative", "nan", "workers", "wall"],
+)
+def test_the_library_refuses_bad_input_as_the_cli_does(call, said):
+    """run_solve printed namespace Bad_NS into the manifests; an unknown target raised ValueError, time_limit_s
+    inf an OverflowError, -1 an InfeasibleError telling to raise --time-limit; workers=0 took every core."""
+    from placer.model.errors import InputError
+
+    with pytest.raises(InputError, match=re.escape(said)):
+        call()
+
+
+def test_run_fleet_takes_paths_as_strings_as_run_solve_does():
+    from placer.pipeline import run_fleet
+
+    res = run_fleet([str(AGG_SPEC)], str(SMALL_CLUSTER), SolveOptions(time_limit_s=5), keep_paths=[])
+    assert [p.deployment.key for p in res.fleet.placed] == ["default/llama-70b-agg"]

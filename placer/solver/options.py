@@ -31,6 +31,9 @@ CLOCK_NOTE = (
 )
 
 
+MAX_LIMIT_S = 86_400.0  # a day: the most --time-limit and --wall-limit take
+
+
 @dataclass(frozen=True)
 class SolveOptions:
     time_limit_s: float = 30.0  # the work budget, in deterministic seconds (about wall seconds on an idle core)
@@ -39,6 +42,17 @@ class SolveOptions:
     log: Callable[[str], None] | None = None  # solver progress lines (stderr in the CLI)
     explain: bool = True  # on infeasibility, name the conflicting rules (seconds); an admission loop may skip it
     wall_limit_s: float | None = None  # outer guard; None: WALL_FACTOR x time_limit_s + WALL_SLACK_S
+
+    def __post_init__(self) -> None:
+        """The library's callers get the CLI's checks: bad input, not an overflow deep in the solver."""
+        from placer.model.errors import InputError
+
+        if not 0 < self.time_limit_s <= MAX_LIMIT_S:  # also NaN
+            raise InputError(f"time_limit_s: expected more than 0 and at most {MAX_LIMIT_S:g}, got {self.time_limit_s}")
+        if self.wall_limit_s is not None and not 0 < self.wall_limit_s <= WALL_FACTOR * MAX_LIMIT_S + WALL_SLACK_S:
+            raise InputError(f"wall_limit_s: expected more than 0 and at most {MAX_LIMIT_S:g}, got {self.wall_limit_s}")
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
+            raise InputError(f"workers: expected at least 1 (0 lets CP-SAT take every core), got {self.workers!r}")
 
     def wall_s(self) -> float:
         return self.wall_limit_s if self.wall_limit_s is not None else WALL_FACTOR * self.time_limit_s + WALL_SLACK_S

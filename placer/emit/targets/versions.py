@@ -38,6 +38,10 @@ def version_key(release: str) -> tuple[int, ...]:
 def check_version(target: str, version: str | None) -> None:
     """``--target-version`` before any solving: a release number, and not older than the oldest release the
     target's output fits (its module's ``REQUIRES``; dynamo has no release to compare with)."""
+    from placer.emit.targets import TARGETS
+
+    if target not in TARGETS:  # the library's callers too: bad input, not a ValueError from deep in emit
+        raise InputError(f"target {target!r} is not a --target ({', '.join(TARGETS)})")
     if version is None:
         return
     version_key(version)
