@@ -97,6 +97,16 @@ CASES: dict[str, tuple[str, int | None, str]] = {
         16,
         "pools.aggregated.template.args[2]: -dp 2 contradicts the spec: an instance is one data-parallel rank",
     ),
+    "spec-requests-above-limits.yaml": (
+        "spec",
+        13,
+        "pools.aggregated.template.resources: requests.cpu: 16 is more than limits.cpu 8 (the API refuses it)",
+    ),
+    "spec-extended-resource-without-limit.yaml": (
+        "spec",
+        14,
+        "pools.aggregated.template.resources: requests.rdma/hca_shared_devices_a: Kubernetes does not overcommit",
+    ),
     "spec-tp-quoted.yaml": (
         "spec",
         11,
@@ -350,3 +360,15 @@ def test_metric_maps_keyed_by_gpu_index_take_json_string_keys(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(InputError, match=r"kvCacheHit.*expected a number, got '0.5'"):
         load_cluster(path)
+
+
+def test_a_limit_without_its_request_is_what_the_scheduler_counts(tmp_path):
+    """Kubernetes copies a limit into a missing request: a pod with only limits {cpu: 300} asks for 300 cores.
+    placer counted no CPU and printed a gang no node could start (exit 0)."""
+    text = GOOD_SPEC.read_text()
+    assert 'requests: {cpu: "16", memory: 128Gi}' in text
+    spec = tmp_path / "limits.yaml"
+    spec.write_text(text.replace('requests: {cpu: "16", memory: 128Gi}', 'limits: {cpu: "300", memory: 128Gi}'))
+    proc = run("solve", spec, GOOD_CLUSTER)
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+    assert "each pod requests cpu 300 (the most free is 224" in proc.stderr

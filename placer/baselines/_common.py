@@ -64,7 +64,7 @@ class Context:
     def build(spec: ServingTopology, topo: Topology) -> Context:
         pools = []
         for name, pool in spec.pools.items():
-            reqs = pool.template.resources.requests
+            reqs = pool.template.resources.scheduled
             pools.append(
                 PoolDemand(
                     name=name,

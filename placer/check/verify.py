@@ -175,7 +175,7 @@ def _check_gpus_and_capacity(spec: ServingTopology, topo: Topology, pl: Placemen
                 # an engine preset runs one process group that splits TP evenly over its pods' nodes
                 counts = [len(p.gpus) for p in inst.pods]
                 r.violations.append(f"{who}: engine {pool.template.engine} needs equal GPUs per node, has {counts}")
-            reqs = pool.template.resources.requests
+            reqs = pool.template.resources.scheduled
             for pod in inst.pods:
                 node = topo.node_by_name(pod.node)
                 cpu[pod.node] += k8s.millicores(reqs.get("cpu", "0"))

@@ -240,11 +240,35 @@ class EnvVar(_ManifestPart):
         return v
 
 
+OVERCOMMITTED = ("cpu", "memory", "ephemeral-storage")  # requests below limits; every other resource: equal
+
+
 class Resources(_Model):
     """CPU/memory requests and limits per pod; placer adds ``nvidia.com/gpu`` itself."""
 
     requests: dict[str, k8s.QuantityText] = Field(default_factory=dict)
     limits: dict[str, k8s.QuantityText] = Field(default_factory=dict)
+
+    @property
+    def scheduled(self) -> dict[str, str]:
+        """What the scheduler counts: the requests, and a limit's value where its request is not given (the
+        API server copies it there)."""
+        return self.requests | {k: v for k, v in self.limits.items() if k not in self.requests}
+
+    @model_validator(mode="after")
+    def _as_the_api_server_takes(self) -> Resources:
+        for key, request in self.requests.items():
+            limit = self.limits.get(key)
+            if key in OVERCOMMITTED:
+                if limit is not None and k8s.parse_quantity(request) > k8s.parse_quantity(limit):
+                    raise ValueError(
+                        f"requests.{key}: {request} is more than limits.{key} {limit} (the API refuses it)"
+                    )
+            elif limit is None or k8s.parse_quantity(request) != k8s.parse_quantity(limit):
+                raise ValueError(
+                    f"requests.{key}: Kubernetes does not overcommit {key}: give limits.{key} equal to its request"
+                )
+        return self
 
     @field_validator("requests", "limits")
     @classmethod

@@ -169,7 +169,7 @@ def build_problem(spec: ServingTopology, topo: Topology) -> Problem:
         shape = layout(topo, pool, eligible)
         cands = pool_candidates(topo, spec, name, pool, eligible, memo, shape)
         node_count, gpus_per_node, _ = shape
-        reqs = pool.template.resources.requests
+        reqs = pool.template.resources.scheduled
         pools[name] = PoolPlan(
             name=name,
             role=spec.role_of(name),

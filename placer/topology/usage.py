@@ -34,7 +34,7 @@ def usage(
     mem: dict[int, int] = defaultdict(int)
     for rep in placement.replicas:
         for inst in rep.instances:
-            reqs = spec.pools[inst.pool].template.resources.requests
+            reqs = spec.pools[inst.pool].template.resources.scheduled
             for pod in inst.pods:
                 n = topo.node_by_name(pod.node).index
                 gpus[n] += pod.gpus
