@@ -220,3 +220,18 @@ def test_cut_short_search_returns_the_best_complete_placement(monkeypatch, spec)
     report = check(spec_m, topo, placement)
     assert report.ok, report.violations
     assert report.total_units == placement.stats.objective
+
+
+def test_a_wall_clock_cut_is_named_as_such_when_the_greedy_placement_is_returned():
+    """The fallback said "time limit hit", sending the user to --time-limit, when the wall clock had ended
+    the search (an answer that depends on the machine)."""
+    from placer.solver.decompose import solve_by_domain
+    from placer.solver.options import CLOCK_NOTE, Budget, SolveOptions
+
+    _, _, problem = _problem(FIX / "specs/llama-70b-disagg.yaml", FIX / "clusters/gb200-nvl72-1008.yaml")
+    split = split_of(problem)
+    assert split is not None
+    by_clock = solve_by_domain(problem, split, SolveOptions(), Budget(work_s=30, wall_s=0))
+    assert by_clock.notes == [f"{CLOCK_NOTE}; the greedy placement is returned"]
+    by_work = solve_by_domain(problem, split, SolveOptions(), Budget(work_s=0, wall_s=60))
+    assert by_work.notes == ["time limit hit while solving domain by domain; the greedy placement is returned"]
