@@ -742,3 +742,16 @@ def test_a_quiet_batch_still_says_why_a_deployment_was_left_out() -> None:
     assert proc.returncode == 1
     assert "serving/llama-70b-large (" in proc.stderr and "not placed:" in proc.stderr
     assert "  - prefill needs 32 groups of 8 GPUs" in proc.stderr
+
+
+def test_a_keep_solve_reports_its_own_proven_bound(tmp_path: Path) -> None:
+    """A scale-out with --keep said "optimal" in the table but "gap 65.10%" in the summary: the batch bound
+    freed what runs, so the new replica could take the kept replica's cheap GPUs."""
+    one = tmp_path / "one.yaml"
+    one.write_text(AGG.read_text().replace("replicas: 2", "replicas: 1"))
+    first = tmp_path / "v1.yaml"
+    assert run_in_process("solve", one, SMALL, "-q", "--placement", first).returncode == 0
+    for spec in (one, AGG):  # the same deployment again, then scaled out to two replicas
+        proc = run_in_process("solve", spec, SMALL, "--keep", first)
+        assert proc.returncode == 0, proc.stderr
+        assert "optimal" in proc.stderr and "(gap 0.00%)" in proc.stderr, proc.stderr

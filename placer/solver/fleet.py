@@ -188,6 +188,10 @@ def solve_fleet(
         else None
     )
     bound = fleet_bound([(p.deployment.spec, p.placement) for p in placed], topology, exact_first=exact)
+    if len(placed) == 1 and bound is not None and placed[0].placement.stats.bound is not None:
+        # One deployment (a --keep re-solve, a scale-out): its own solve's bound holds for its own problem,
+        # pins included, and is tighter than fleet_bound's, which frees what runs.
+        bound = max(bound, placed[0].placement.stats.bound)
     cost = sum(p.placement.stats.objective or 0 for p in placed)
     return FleetResult(placed, unplaced, cost, bound, time.perf_counter() - t0, notes)
 
