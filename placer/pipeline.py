@@ -181,12 +181,33 @@ def run_solve(
     report = verify_placement(spec, topo, placement)
     times["verify"] = time.perf_counter() - t
     t = time.perf_counter()
-    manifests = build_manifests(
-        spec, topo, placement, report, target=target or DEFAULT_TARGET, nccl=nccl, target_version=target_version
+    manifests = named(
+        spec_path,
+        build_manifests,
+        spec,
+        topo,
+        placement,
+        report,
+        target=target or DEFAULT_TARGET,
+        nccl=nccl,
+        target_version=target_version,
     )
     times["emit"] = time.perf_counter() - t
     placement.stats.seconds |= times
     return SolveResult(spec, topo, placement, report, manifests, target or DEFAULT_TARGET)
+
+
+def named(source, build: Callable[..., list[dict]], *args, **kwargs) -> list[dict]:
+    """``build(*args, **kwargs)``, where an object name over its limit is bad input at the spec's
+    metadata.name line (the file and line a user can fix)."""
+    from placer.emit.targets.common import NameTooLong
+    from placer.model.errors import InputError
+    from placer.model.load import locate
+
+    try:
+        return build(*args, **kwargs)
+    except NameTooLong as exc:
+        raise locate(source, InputError(f"metadata.name: {exc}")) from None
 
 
 def _count_out_replicas(problem: Problem, progress: Callable[[str], None]) -> None:
@@ -375,7 +396,9 @@ def _run_fleet(
     for d in deployments:
         if d.key in by_key:
             p, report = by_key[d.key]
-            manifests += build_manifests(d.spec, base, p.placement, report, targets[d.key], nccl, target_version)
+            manifests += named(
+                d.source, build_manifests, d.spec, base, p.placement, report, targets[d.key], nccl, target_version
+            )
     return FleetSolveResult(result, base, reports, without_repeats(manifests), notes, targets)
 
 
@@ -591,7 +614,7 @@ def run_autoscale(
         )
     placement = result.placed[0].placement
     report = verify_fleet(keep.topology, [(after_spec, placement)])[0]
-    after = build_manifests(after_spec, keep.topology, placement, report, **emit)
+    after = named(spec_path, build_manifests, after_spec, keep.topology, placement, report, **emit)
     moves = _moves(mine.instances, placement)
     return AutoscaleResult(after_spec, decision, observed, *_diff(before, after), moves, placement, emit["target"])
 

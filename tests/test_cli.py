@@ -755,3 +755,16 @@ def test_a_keep_solve_reports_its_own_proven_bound(tmp_path: Path) -> None:
         proc = run_in_process("solve", spec, SMALL, "--keep", first)
         assert proc.returncode == 0, proc.stderr
         assert "optimal" in proc.stderr and "(gap 0.00%)" in proc.stderr, proc.stderr
+
+
+def test_an_object_name_over_its_limit_points_at_the_specs_name(tmp_path: Path) -> None:
+    """The refusal named no file or line: it came from deep in the emitter, after the solve."""
+    doc = yaml.safe_load(AGG.read_text())
+    doc["metadata"]["name"] = "a" * 40  # the loader's maximum; with pool 'aggregated' a 56-character StatefulSet
+    spec = tmp_path / "long.yaml"
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    line = next(n for n, text in enumerate(spec.read_text().splitlines(), 1) if text.strip() == f"name: {'a' * 40}")
+    for args in ([spec, SMALL], [spec, DISAGG, CLUSTERS / "dgx-h100-1024.yaml"]):  # alone, and in a batch
+        proc = run_in_process("solve", *args, "-q")
+        assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+        assert f"{spec}:{line}: metadata.name: StatefulSet name '{'a' * 40}-r0-aggregated-0' has 56" in proc.stderr

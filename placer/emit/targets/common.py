@@ -192,12 +192,17 @@ def instance_labels(spec: ServingTopology, replica: int, inst: InstancePlacement
     return out | {"placer.dev/pool": inst.pool, "placer.dev/instance": str(inst.index)}
 
 
+class NameTooLong(InputError):
+    """A generated object name over its kind's limit: the spec's names are the user's to shorten (the
+    pipeline gives it the line of the spec's metadata.name)."""
+
+
 def dns_label(value: str, what: str) -> str:
     """A generated name must be a DNS-1123 label; a spec name too long for it is the user's to shorten."""
     try:
         return k8s.check_dns_label(value, what)
     except ValueError as exc:
-        raise InputError(f"{exc} (shorten metadata.name or the pool name)") from None
+        raise NameTooLong(f"{exc} (shorten metadata.name or the pool name)") from None
 
 
 def hostname(topo: Topology, node: str) -> str:

@@ -12,12 +12,12 @@ from typing import Any
 from placer.emit.targets.common import (
     RANK_LABEL,
     Context,
+    NameTooLong,
     instance_labels,
     labels,
     pool_service_name,
     replica_annotations,
 )
-from placer.model.errors import InputError
 from placer.model.placement import InstancePlacement, ReplicaPlacement
 
 # The StatefulSet controller labels each pod controller-revision-hash=<name>-<10-character hash>, a label value
@@ -31,7 +31,7 @@ LEADERWORKERSET_MAX = STATEFULSET_MAX - 2
 def controller_name(name: str, limit: int, kind: str) -> str:
     """Refuse (bad input) a controller name whose pods Kubernetes could not create."""
     if len(name) > limit:
-        raise InputError(
+        raise NameTooLong(
             f"{kind} name {name!r} has {len(name)} characters; Kubernetes creates its pods only up to {limit} "
             "(the controller-revision-hash label repeats it): shorten metadata.name or the pool name"
         )

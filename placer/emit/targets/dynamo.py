@@ -30,6 +30,7 @@ from typing import Any
 from placer.emit.targets.common import (
     HOSTNAME,
     Context,
+    NameTooLong,
     affinity,
     dns_label,
     engine_container,
@@ -175,7 +176,7 @@ def _check_names(name: str, components: list[dict[str, Any]]) -> None:
         group = c["name"] if "multinode" in c else ""
         total = len(name) + len(group) + len(clique)
         if total > MAX_GROVE_NAMES:
-            raise InputError(
+            raise NameTooLong(
                 f"--target dynamo: DynamoGraphDeployment {name!r} component {c['name']!r} gives Grove names of "
                 f"{total} characters (PodCliqueSet + scaling group + clique); Grove allows {MAX_GROVE_NAMES}: "
                 "shorten metadata.name or the pool name"

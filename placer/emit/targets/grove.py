@@ -34,6 +34,7 @@ from placer.emit.targets.common import (
     RANK_LABEL,
     TOPOLOGY_LABELS,
     Context,
+    NameTooLong,
     affinity,
     dns_label,
     engine_container,
@@ -46,7 +47,6 @@ from placer.emit.targets.common import (
 from placer.emit.targets.controllers import pool_services
 from placer.emit.targets.nccl import instance_settings
 from placer.emit.targets.router import router_container, router_service
-from placer.model.errors import InputError
 from placer.model.placement import InstancePlacement, ReplicaPlacement
 
 DESCRIPTION = "Grove PodCliqueSet per replica: cliques per role, scaling group per multi-node instance"
@@ -92,7 +92,7 @@ def _name_budget(pcs: str, group: str, clique: str) -> None:
     total = len(pcs) + len(group) + len(clique)
     if total > MAX_POD_NAME_PARTS:
         parts = " + ".join(f"{n!r} ({len(n)})" for n in (pcs, group, clique) if n)
-        raise InputError(
+        raise NameTooLong(
             f"--target grove: Grove names pods after the PodCliqueSet, scaling group and clique, and allows "
             f"{MAX_POD_NAME_PARTS} characters for them together; {parts} = {total} (shorten metadata.name or the "
             "pool name)"
