@@ -200,8 +200,7 @@ def run_solve(
 def named(source, build: Callable[..., list[dict]], *args, **kwargs) -> list[dict]:
     """``build(*args, **kwargs)``, where an object name over its limit is bad input at the spec's
     metadata.name line (the file and line a user can fix)."""
-    from placer.emit.targets.common import NameTooLong
-    from placer.model.errors import InputError
+    from placer.model.errors import InputError, NameTooLong
     from placer.model.load import locate
 
     try:

@@ -532,3 +532,16 @@ def test_asking_for_nccl_values_the_running_objects_lack_shows_every_engine_as_c
         printed = {_key(doc) for doc in _docs(proc.stdout)}
         kept = {_key(doc) for doc in _docs(placed.stdout) if doc["kind"] == "StatefulSet"}
         assert (kept <= printed) != engines_unchanged
+
+
+@pytest.mark.parametrize("target", ["coscheduling", "kai", "volcano", "kueue", "grove", "lws", "dynamo"])
+@pytest.mark.parametrize("nccl", ["--nccl", "--no-nccl"])
+def test_running_manifests_say_whether_they_carry_placers_nccl_values(tmp_path, target, nccl):
+    """Grove's clique of single-node instances carried the NCCL env but no placer.dev/nccl, so autoscale read
+    it as printed without NCCL values and its --full stream stripped them from the running engines."""
+    placed = run("solve", SPEC, DATA / "cluster.yaml", "-q", "-t", target, nccl)
+    assert placed.returncode == 0, placed.stderr
+    path = tmp_path / "running.yaml"
+    path.write_text(placed.stdout)
+    (running,) = load_running([path])
+    assert running.nccl is (nccl == "--nccl")

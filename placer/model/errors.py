@@ -16,6 +16,11 @@ class InputError(PlacerError):
     exit_code = 2
 
 
+class NameTooLong(InputError):
+    """A generated object name over its kind's limit: the spec's names are the user's to shorten (the
+    pipeline gives it the line of the spec's metadata.name)."""
+
+
 class InfeasibleError(PlacerError):
     """No placement satisfies the hard constraints; ``reasons`` lists the conflicting constraints."""
 

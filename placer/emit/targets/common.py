@@ -17,7 +17,7 @@ from placer.emit.targets import nccl
 from placer.emit.targets.versions import require_version, version_key
 from placer.model import engines, k8s
 from placer.model.engines import LEADER_ENV, PODS_ENV, RANK_ENV
-from placer.model.errors import InputError
+from placer.model.errors import NameTooLong
 from placer.model.levels import LEVEL_RANK
 from placer.model.placement import InstancePlacement, Pod, ReplicaPlacement
 from placer.model.placement import Placement as PlacementResult
@@ -190,11 +190,6 @@ def labels(spec: ServingTopology, replica: int, component: str) -> dict[str, str
 def instance_labels(spec: ServingTopology, replica: int, inst: InstancePlacement) -> dict[str, str]:
     out = labels(spec, replica, spec.role_of(inst.pool))
     return out | {"placer.dev/pool": inst.pool, "placer.dev/instance": str(inst.index)}
-
-
-class NameTooLong(InputError):
-    """A generated object name over its kind's limit: the spec's names are the user's to shorten (the
-    pipeline gives it the line of the spec's metadata.name)."""
 
 
 def dns_label(value: str, what: str) -> str:

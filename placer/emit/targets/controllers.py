@@ -12,12 +12,12 @@ from typing import Any
 from placer.emit.targets.common import (
     RANK_LABEL,
     Context,
-    NameTooLong,
     instance_labels,
     labels,
     pool_service_name,
     replica_annotations,
 )
+from placer.model.errors import NameTooLong
 from placer.model.placement import InstancePlacement, ReplicaPlacement
 
 # The StatefulSet controller labels each pod controller-revision-hash=<name>-<10-character hash>, a label value

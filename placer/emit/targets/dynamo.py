@@ -30,7 +30,6 @@ from typing import Any
 from placer.emit.targets.common import (
     HOSTNAME,
     Context,
-    NameTooLong,
     affinity,
     dns_label,
     engine_container,
@@ -39,7 +38,7 @@ from placer.emit.targets.common import (
 )
 from placer.emit.targets.nccl import instance_settings
 from placer.emit.targets.router import router_container
-from placer.model.errors import InputError
+from placer.model.errors import InputError, NameTooLong
 from placer.model.placement import InstancePlacement, ReplicaPlacement
 
 DESCRIPTION = "Dynamo DynamoGraphDeployment per replica: a component per pool (Grove pathway), node sets per pool"

@@ -34,7 +34,6 @@ from placer.emit.targets.common import (
     RANK_LABEL,
     TOPOLOGY_LABELS,
     Context,
-    NameTooLong,
     affinity,
     dns_label,
     engine_container,
@@ -47,6 +46,7 @@ from placer.emit.targets.common import (
 from placer.emit.targets.controllers import pool_services
 from placer.emit.targets.nccl import instance_settings
 from placer.emit.targets.router import router_container, router_service
+from placer.model.errors import NameTooLong
 from placer.model.placement import InstancePlacement, ReplicaPlacement
 
 DESCRIPTION = "Grove PodCliqueSet per replica: cliques per role, scaling group per multi-node instance"
@@ -126,14 +126,19 @@ def _engine(
     """Pod spec for these (instance, pod) pairs: GPU count of the first, NCCL values all of them share;
     ``rank``: the pods' rank in their instance, when they share one."""
     first_inst, first_pod = insts[pods[0][0]], insts[pods[0][0]].pods[pods[0][1]]
-    shared = None
-    if ctx.nccl:
-        per = [instance_settings(ctx.spec, ctx.topo, insts[i], ctx.exact_gpus) for i in sorted({i for i, _ in pods})]
-        shared = [s for s in per[0] if all(s in other for other in per[1:])]
+    shared = _shared(ctx, [insts[i] for i in sorted({i for i, _ in pods})])
     leader = grove_leader_host(ctx, rep.index, first_inst) if len(first_inst.pods) > 1 else None
     container = engine_container(ctx, first_inst, len(first_pod.gpus), rank, settings=shared, leader=leader)
     hosts = [hostname(ctx.topo, insts[i].pods[j].node) for i, j in pods]
     return pod_spec(ctx, container, hosts, ctx.scheduler(None), first_inst.pool)
+
+
+def _shared(ctx: Context, insts: list[InstancePlacement]) -> list | None:
+    """The NCCL values every one of these instances gets (one template serves them all); None without NCCL."""
+    if not ctx.nccl:
+        return None
+    per = [instance_settings(ctx.spec, ctx.topo, inst, ctx.exact_gpus) for inst in insts]
+    return [s for s in per[0] if all(s in other for other in per[1:])]
 
 
 def _pod_clique_name(inst: InstancePlacement, j: int) -> str:
@@ -197,6 +202,11 @@ def pod_clique_set(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
                 "placer.dev/instances": json.dumps(placed, sort_keys=True),
                 "placer.dev/domains": json.dumps(domains, sort_keys=True),
             }
+            shared = _shared(ctx, single)
+            if shared is not None:  # what runs says it carries placer's NCCL values (readback, autoscale)
+                notes["placer.dev/nccl"] = json.dumps(
+                    {x.name: f"{x.value}: {x.reason}" for x in shared}, sort_keys=True
+                )
             pod = _engine(ctx, rep, single, [(k, 0) for k in range(len(single))], rank=0)
             cliques.append(_clique(pool, len(single), pod, lab, notes))
         for inst in (i for i in members if len(i.pods) > 1):
