@@ -372,3 +372,12 @@ def test_a_limit_without_its_request_is_what_the_scheduler_counts(tmp_path):
     proc = run("solve", spec, GOOD_CLUSTER)
     assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
     assert "each pod requests cpu 300 (the most free is 224" in proc.stderr
+
+
+def test_only_a_whole_exponent_number_is_quoted_by_the_writers():
+    """The writers' resolver matched a prefix, so "5e7a9c" (a digest) and "1e100-r0" were quoted needlessly."""
+    from placer.emit.manifests import to_yaml
+
+    text = to_yaml([{"digest": "5e7a9c", "name": "1e100-r0", "text": "1e3", "also": "1.5E+2"}])
+    assert "digest: 5e7a9c\n" in text and "name: 1e100-r0\n" in text
+    assert "text: '1e3'\n" in text and "also: '1.5E+2'\n" in text

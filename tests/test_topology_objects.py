@@ -301,6 +301,15 @@ def test_release_order_puts_pre_releases_before_their_release(cores):
     )
 
 
+@pytest.mark.parametrize("vendor", ["v1.34.0-gke.1000", "v1.34.0-eks-113cf36", "v1.34.0+build-5"])
+def test_a_vendors_build_of_a_release_is_that_release(vendor):
+    """Any '-suffix' was read as a pre-release, so GKE's and EKS's 1.34 builds were refused as before 1.34."""
+    from placer.emit.targets.versions import check_version, version_key
+
+    assert version_key(vendor) == version_key("v1.34.0")
+    check_version("dra", vendor)
+
+
 def test_grove_takes_its_first_release_after_the_alpha_it_requires():
     proc = run("solve", AGG, SMALL, "-t", "grove", "-q", "--target-version", "v0.1.0")
     assert proc.returncode == 0, proc.stderr

@@ -183,7 +183,8 @@ _EXPONENT_ONLY = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9
 def add_yaml12_floats(resolver: type) -> type:
     """Make a PyYAML dumper (or resolver) class see plain ``1e3`` and ``1.0e3`` as numbers, as YAML 1.2 and
     placer's loader do: a dumper then quotes such a string, and placer reads back the string it wrote."""
-    resolver.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_ONLY, list("-+0123456789."))
+    whole = re.compile(_EXPONENT_ONLY.pattern + r"\Z")  # PyYAML's resolvers match a prefix: "5e7a9c" is text
+    resolver.add_implicit_resolver("tag:yaml.org,2002:float", whole, list("-+0123456789."))
     return resolver
 
 

@@ -22,17 +22,18 @@ _PRE = {"alpha": 0, "beta": 1, "rc": 2}
 
 
 def version_key(release: str) -> tuple[int, ...]:
-    """Release order as semver has it: v1.13.0 < 1.14 (1.12 == 1.12.0); a pre-release before its release,
-    v0.1.0-alpha.9 < v0.1.0-alpha.10 < v0.1.0-beta.1 < v0.1.0-rc.1 < v0.1.0."""
-    main, _, pre = release.partition("-")
+    """Release order as semver has it: v1.13.0 < 1.14 (1.12 == 1.12.0); an alpha, beta or rc before its
+    release, v0.1.0-alpha.9 < v0.1.0-alpha.10 < v0.1.0-beta.1 < v0.1.0-rc.1 < v0.1.0; another suffix (a vendor
+    build, v1.34.0-gke.1000) and build metadata (+...) count as the release."""
+    main, _, suffix = release.partition("+")[0].partition("-")  # build metadata (+...) does not order
     numbers = tuple(int(n) for n in re.findall(r"\d+", main))
     if not numbers:
         raise InputError(f"--target-version {release!r}: expected a release such as 1.14 or v0.1.0-alpha.10")
     key = numbers + (0,) * (3 - len(numbers))
-    if not pre:
-        return (*key, 1)  # the release itself, after every pre-release of it
-    label = re.match(r"[a-z]*", pre.lower())
-    return (*key, 0, _PRE.get(label.group(0) if label else "", 0), *(int(n) for n in re.findall(r"\d+", pre)))
+    label = re.match(r"[a-z]*", suffix.lower()).group(0)  # type: ignore[union-attr]
+    if label not in _PRE:
+        return (*key, 1)  # the release itself (a vendor's build such as 1.34.0-gke.1000 is one), after its pre-releases
+    return (*key, 0, _PRE[label], *(int(n) for n in re.findall(r"\d+", suffix)))
 
 
 def check_version(target: str, version: str | None) -> None:
