@@ -40,7 +40,7 @@ def usage_of(spec: ServingTopology, topo: Topology, pl: Placement) -> Usage:
 
     for rep in pl.replicas:
         for inst in rep.instances:
-            reqs = spec.pools[inst.pool].template.resources.requests
+            reqs = spec.pools[inst.pool].template.resources.scheduled
             for pod in inst.pods:
                 n = topo.node_by_name(pod.node).index
                 gpus.setdefault(n, []).extend(pod.gpus)

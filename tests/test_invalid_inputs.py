@@ -372,6 +372,7 @@ def test_a_limit_without_its_request_is_what_the_scheduler_counts(tmp_path):
     proc = run("solve", spec, GOOD_CLUSTER)
     assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
     assert "each pod requests cpu 300 (the most free is 224" in proc.stderr
+    assert "Relax: lower pools.aggregated.template.resources.limits.cpu to 224" in proc.stderr  # the field it has
 
 
 def test_only_a_whole_exponent_number_is_quoted_by_the_writers():

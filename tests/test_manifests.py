@@ -139,13 +139,15 @@ SMALL_CLUSTER = ROOT_DIR / "fixtures" / "clusters" / "small-mixed.yaml"
     [
         (lambda: run_solve(AGG_SPEC, SMALL_CLUSTER, SolveOptions(time_limit_s=5), namespace="Bad_NS"), "--namespace"),
         (lambda: run_solve(AGG_SPEC, SMALL_CLUSTER, SolveOptions(time_limit_s=5), target="nope"), "is not a --target"),
-        (lambda: SolveOptions(time_limit_s=float("inf")), "time_limit_s: expected more than 0"),
-        (lambda: SolveOptions(time_limit_s=-1), "time_limit_s: expected more than 0"),
-        (lambda: SolveOptions(time_limit_s=float("nan")), "time_limit_s: expected more than 0"),
-        (lambda: SolveOptions(workers=0), "workers: expected at least 1"),
-        (lambda: SolveOptions(wall_limit_s=0), "wall_limit_s: expected more than 0"),
+        (lambda: SolveOptions(time_limit_s=float("inf")), "time_limit_s: expected seconds, more than 0"),
+        (lambda: SolveOptions(time_limit_s=-1), "time_limit_s: expected seconds, more than 0"),
+        (lambda: SolveOptions(time_limit_s=float("nan")), "time_limit_s: expected seconds, more than 0"),
+        (lambda: SolveOptions(workers=0), "workers: expected 1 to 64"),
+        (lambda: SolveOptions(workers=1000), "workers: expected 1 to 64"),
+        (lambda: SolveOptions(wall_limit_s=0), "wall_limit_s: expected seconds, more than 0 and at most 172805"),
+        (lambda: SolveOptions(time_limit_s="5"), "time_limit_s: expected seconds"),
     ],
-    ids=["namespace", "target", "inf", "negative", "nan", "workers", "wall"],
+    ids=["namespace", "target", "inf", "negative", "nan", "workers", "many-workers", "wall", "text"],
 )
 def test_the_library_refuses_bad_input_as_the_cli_does(call, said):
     """run_solve printed namespace Bad_NS into the manifests; an unknown target raised ValueError, time_limit_s

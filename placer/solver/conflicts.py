@@ -213,13 +213,18 @@ def _resource_conflict(problem: Problem, name: str) -> Conflict | None:
         lower.append(("cpu", best.cpu_free_m, _cpu_text(best.cpu_free_m)))
     if plan.memory_bytes and best.memory_free_bytes < plan.memory_bytes:
         lower.append(("memory", best.memory_free_bytes // 2**20 * 2**20, _memory_text(best.memory_free_bytes)))
+    resources = problem.spec.pools[name].template.resources
     field = f"pools.{name}.template.resources.requests"
+
+    def written(what: str) -> str:  # a limit stands for a missing request: name the field the spec has
+        return f"pools.{name}.template.resources.{'requests' if what in resources.requests else 'limits'}.{what}"
+
     if any(amount <= 0 for _, amount, _ in lower):  # nothing left to lower to on any node
         relax = f"free {' and '.join(what for what, _, _ in lower)} on a node with {gpus} free matching GPUs"
     else:
         relax = (
             "lower "
-            + " and ".join(f"{field}.{what} to {text}" for what, _, text in lower)
+            + " and ".join(f"{written(what)} to {text}" for what, _, text in lower)
             + f" or less (what {best.name} has free), or free {' and '.join(w for w, _, _ in lower)} on a node"
         )
     return Conflict(

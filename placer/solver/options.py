@@ -32,6 +32,7 @@ CLOCK_NOTE = (
 
 
 MAX_LIMIT_S = 86_400.0  # a day: the most --time-limit and --wall-limit take
+MAX_WORKERS = 64  # as --workers
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,19 @@ class SolveOptions:
         """The library's callers get the CLI's checks: bad input, not an overflow deep in the solver."""
         from placer.model.errors import InputError
 
-        if not 0 < self.time_limit_s <= MAX_LIMIT_S:  # also NaN
-            raise InputError(f"time_limit_s: expected more than 0 and at most {MAX_LIMIT_S:g}, got {self.time_limit_s}")
-        if self.wall_limit_s is not None and not 0 < self.wall_limit_s <= WALL_FACTOR * MAX_LIMIT_S + WALL_SLACK_S:
-            raise InputError(f"wall_limit_s: expected more than 0 and at most {MAX_LIMIT_S:g}, got {self.wall_limit_s}")
-        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
-            raise InputError(f"workers: expected at least 1 (0 lets CP-SAT take every core), got {self.workers!r}")
+        most_wall = WALL_FACTOR * MAX_LIMIT_S + WALL_SLACK_S  # what the default guard of the longest limit is
+        for name, value, most in (
+            ("time_limit_s", self.time_limit_s, MAX_LIMIT_S),
+            ("wall_limit_s", self.wall_limit_s, most_wall),
+        ):
+            if value is None and name == "wall_limit_s":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= most:  # also NaN
+                raise InputError(f"{name}: expected seconds, more than 0 and at most {most:g}, got {value!r}")
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or not 1 <= self.workers <= MAX_WORKERS:
+            raise InputError(
+                f"workers: expected 1 to {MAX_WORKERS} (0 would let CP-SAT take every core), got {self.workers!r}"
+            )
 
     def wall_s(self) -> float:
         return self.wall_limit_s if self.wall_limit_s is not None else WALL_FACTOR * self.time_limit_s + WALL_SLACK_S

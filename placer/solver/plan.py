@@ -83,10 +83,12 @@ def plan(
     except InfeasibleError as exc:
         if not exc.proven or exc.reasons or not options.explain:
             raise
-        raise InfeasibleError(str(exc), _why_not(running, pending, topo), proven=True) from None
+        raise InfeasibleError(str(exc), _why_not(running, pending, topo, options), proven=True) from None
 
 
-def _why_not(running: list[Running], pending: list[tuple[ServingTopology, str]], topo: Topology) -> list[str]:
+def _why_not(
+    running: list[Running], pending: list[tuple[ServingTopology, str]], topo: Topology, options: SolveOptions
+) -> list[str]:
     """Why no moves make room, in solve's words, on the cluster with every running instance gone (what no
     move can change): the pending deployments placed there as a batch would be, each one left out with its
     conflicts (its own rules, or the GPUs the pending ones before it took); if all of them fit there, that
@@ -104,7 +106,8 @@ def _why_not(running: list[Running], pending: list[tuple[ServingTopology, str]],
         else:
             batch.append(Deployment(spec, source))
     if batch:
-        left = solve_fleet(batch, base, SolveOptions(time_limit_s=10.0)).unplaced
+        budget = replace(options, time_limit_s=min(options.time_limit_s, 10.0), wall_limit_s=None)  # a reason, briefly
+        left = solve_fleet(batch, base, budget).unplaced
         reasons += [f"{u.deployment.key}: {r}" for u in left for r in u.reasons]
     if not reasons and pending:
         reasons.append(

@@ -268,7 +268,8 @@ def engine_container(
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(gpus)
     env = placer_env(inst, rank, leader)  # first: a user's env value may reference it as $(PLACER_POD_RANK)
     given = {e.name for e in t.env}
-    env += [e for e in engines.preset_env(ctx.spec, inst.pool) if e["name"] not in given]
+    mine = given | set(ctx.spec.nccl.env)  # the user's values win over the preset's (template.env over both)
+    env += [e for e in engines.preset_env(ctx.spec, inst.pool) if e["name"] not in mine]
     env += [e.manifest() for e in t.env]
     present = {e["name"] for e in env}  # one value per name: placer's own, the preset's and the template's first
     if ctx.nccl:
