@@ -41,15 +41,19 @@ def test_explain_record_naming_a_gpu_that_does_not_exist() -> None:
     assert_bad_input(proc, str(bad), "replicas[0].instances[0].pods[0].gpus: node 'dgx-b' has no GPU 12 (it has 0-7)")
 
 
+def _read_back(how: str, bad: Path) -> subprocess.CompletedProcess[str]:
+    """The damaged record read the three ways placer reads records: --keep, explain and plan --from."""
+    if how == "keep":
+        return run("solve", SPEC, CLUSTER, "--keep", bad)
+    if how == "explain":
+        return run("explain", bad, "--cluster", CLUSTER, "--no-baselines", "-o", "json")
+    return run("plan", "--from", bad, CLUSTER, "--cut", "0.05")
+
+
 @pytest.mark.parametrize("how", ["keep", "explain", "plan"])
 def test_record_listing_one_gpu_twice(how: str) -> None:
     bad = RECORDS / "record-gpu-listed-twice.yaml"
-    if how == "keep":
-        proc = run("solve", SPEC, CLUSTER, "--keep", bad)
-    elif how == "explain":
-        proc = run("explain", bad, "--cluster", CLUSTER, "--no-baselines", "-o", "json")
-    else:
-        proc = run("plan", "--from", bad, CLUSTER, "--cut", "0.05")
+    proc = _read_back(how, bad)
     assert_bad_input(proc, str(bad), "replicas[0].instances[0].pods[0].gpus: GPU 6 is listed twice")
 
 
@@ -66,12 +70,7 @@ def test_record_whose_namespace_differs_from_its_spec(how: str) -> None:
 def test_record_naming_a_pool_its_spec_does_not_have(how: str) -> None:
     """explain exited 0 with the checker's "has 1 of 1 instances"; keep and plan met it later."""
     bad = RECORDS / "record-unknown-pool.yaml"
-    if how == "keep":
-        proc = run("solve", SPEC, CLUSTER, "--keep", bad)
-    elif how == "explain":
-        proc = run("explain", bad, "--cluster", CLUSTER, "--no-baselines", "-o", "json")
-    else:
-        proc = run("plan", "--from", bad, CLUSTER, "--cut", "0.05")
+    proc = _read_back(how, bad)
     assert_bad_input(
         proc, f"{bad}:23: replicas[0].instances[0].pool: 'nosuch' is not a pool of the spec (its pools: aggregated)"
     )
@@ -80,12 +79,7 @@ def test_record_naming_a_pool_its_spec_does_not_have(how: str) -> None:
 @pytest.mark.parametrize("how", ["keep", "explain", "plan"])
 def test_a_list_whose_items_are_not_a_list(how: str) -> None:
     bad = RECORDS / "record-list-items-not-a-list.yaml"
-    if how == "keep":
-        proc = run("solve", SPEC, CLUSTER, "--keep", bad)
-    elif how == "explain":
-        proc = run("explain", bad, "--cluster", CLUSTER, "--no-baselines", "-o", "json")
-    else:
-        proc = run("plan", "--from", bad, CLUSTER, "--cut", "0.05")
+    proc = _read_back(how, bad)
     assert_bad_input(proc, f"{bad}:4: items: a List's items must be a list of objects")
 
 
