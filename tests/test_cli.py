@@ -768,3 +768,18 @@ def test_an_object_name_over_its_limit_points_at_the_specs_name(tmp_path: Path) 
         proc = run_in_process("solve", *args, "-q")
         assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
         assert f"{spec}:{line}: metadata.name: StatefulSet name '{'a' * 40}-r0-aggregated-0' has 56" in proc.stderr
+
+
+def test_a_kept_deployment_that_adds_nothing_is_not_said_to_add_something(tmp_path: Path) -> None:
+    """With cpu raised past every node and --keep of its own placement, it said "what it adds does not fit",
+    though it added nothing: its running instances no longer keep the spec."""
+    first = tmp_path / "v1.yaml"
+    assert run_in_process("solve", AGG, SMALL, "-q", "--placement", first).returncode == 0
+    more = tmp_path / "cpu.yaml"
+    text = AGG.read_text()
+    assert 'requests: {cpu: "16", memory: 128Gi}' in text
+    more.write_text(text.replace('requests: {cpu: "16"', 'requests: {cpu: "250"'))
+    proc = run_in_process("solve", more, SMALL, "--keep", first)
+    assert proc.returncode == 1
+    assert "its 2 running instance(s) are all it asks for, and where they run they no longer keep" in proc.stderr
+    assert "what it adds does not fit" not in proc.stderr

@@ -399,8 +399,14 @@ def _reasons(
     else:
         reasons = [str(c) for c in explain_infeasible(problem, seconds=seconds)]
         if d.kept is not None:
+            n = len(d.kept.instances)
+            asked = d.spec.replicas_floor * sum(p.instances for p in d.spec.pools.values())
             reasons.insert(
-                0, f"its {len(d.kept.instances)} running instance(s) stay where they are; what it adds does not fit"
+                0,
+                f"its {n} running instance(s) stay where they are; what it adds does not fit"
+                if n < asked
+                else f"its {n} running instance(s) are all it asks for, and where they run they no longer keep the "
+                "spec as it is now (its requests or rules changed)",
             )
     if holders:
         mine = _own_state(d, state)
