@@ -373,6 +373,11 @@ def test_a_limit_without_its_request_is_what_the_scheduler_counts(tmp_path):
     assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
     assert "each pod requests cpu 300 (the most free is 224" in proc.stderr
     assert "Relax: lower pools.aggregated.template.resources.limits.cpu to 224" in proc.stderr  # the field it has
+    why = run("explain", "--why-not", spec, GOOD_CLUSTER, "-o", "json")
+    rules = [
+        c["rule"] for doc in why.stdout.split("\n---\n") if doc.strip() for c in json.loads(doc).get("conflicts", [])
+    ]
+    assert "pools.aggregated.template.resources.limits" in rules, rules
 
 
 def test_only_a_whole_exponent_number_is_quoted_by_the_writers():

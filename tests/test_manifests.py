@@ -146,8 +146,22 @@ SMALL_CLUSTER = ROOT_DIR / "fixtures" / "clusters" / "small-mixed.yaml"
         (lambda: SolveOptions(workers=1000), "workers: expected 1 to 64"),
         (lambda: SolveOptions(wall_limit_s=0), "wall_limit_s: expected seconds, more than 0 and at most 172805"),
         (lambda: SolveOptions(time_limit_s="5"), "time_limit_s: expected seconds"),
+        (lambda: SolveOptions(seed=2**40), "seed: expected an integer that fits 32 bits"),
+        (lambda: SolveOptions(seed="x"), "seed: expected an integer that fits 32 bits"),
     ],
-    ids=["namespace", "target", "inf", "negative", "nan", "workers", "many-workers", "wall", "text"],
+    ids=[
+        "namespace",
+        "target",
+        "inf",
+        "negative",
+        "nan",
+        "workers",
+        "many-workers",
+        "wall",
+        "text",
+        "seed",
+        "seed-text",
+    ],
 )
 def test_the_library_refuses_bad_input_as_the_cli_does(call, said):
     """run_solve printed namespace Bad_NS into the manifests; an unknown target raised ValueError, time_limit_s

@@ -673,3 +673,5 @@ def test_an_engine_env_names_each_variable_once_when_nccl_env_repeats_a_presets(
         assert "NCCL_DEBUG" in names
         nixl = [e for e in env if e["name"] == "VLLM_NIXL_SIDE_CHANNEL_HOST"]
         assert nixl == [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "value": "x"}]  # the spec's, not the preset's
+        # in the preset's place, before the template's entries, which may reference it as $(NAME)
+        assert names.index("VLLM_NIXL_SIDE_CHANNEL_HOST") < names.index("HF_HOME")

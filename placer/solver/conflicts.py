@@ -214,10 +214,11 @@ def _resource_conflict(problem: Problem, name: str) -> Conflict | None:
     if plan.memory_bytes and best.memory_free_bytes < plan.memory_bytes:
         lower.append(("memory", best.memory_free_bytes // 2**20 * 2**20, _memory_text(best.memory_free_bytes)))
     resources = problem.spec.pools[name].template.resources
-    field = f"pools.{name}.template.resources.requests"
 
     def written(what: str) -> str:  # a limit stands for a missing request: name the field the spec has
         return f"pools.{name}.template.resources.{'requests' if what in resources.requests else 'limits'}.{what}"
+
+    field = written(lower[0][0]).rsplit(".", 1)[0] if lower else f"pools.{name}.template.resources.requests"
 
     if any(amount <= 0 for _, amount, _ in lower):  # nothing left to lower to on any node
         relax = f"free {' and '.join(what for what, _, _ in lower)} on a node with {gpus} free matching GPUs"
@@ -374,7 +375,9 @@ def single_rule_conflicts(problem: Problem) -> list[Conflict]:
         )
     # A pool that can use no GPU at all (its selector, or CPU / memory) leaves its replica-level rules
     # nothing to hold: saying "no domain has room" for them too, and "drop the rule", would mislead.
-    starved = {c.rule.split(".")[1] for c in out if c.rule.endswith((".gpu", ".resources.requests"))}
+    starved = {
+        c.rule.split(".")[1] for c in out if c.rule.endswith((".gpu", ".resources.requests", ".resources.limits"))
+    }
     for coloc in problem.colocations:
         if not coloc.containers and not starved & set(coloc.pools):  # else a consequence, already said
             out.append(_colocation_conflict(problem, coloc))

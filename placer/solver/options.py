@@ -57,6 +57,8 @@ class SolveOptions:
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= most:  # also NaN
                 raise InputError(f"{name}: expected seconds, more than 0 and at most {most:g}, got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not -(2**31) <= self.seed < 2**31:
+            raise InputError(f"seed: expected an integer that fits 32 bits (CP-SAT's), got {self.seed!r}")
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or not 1 <= self.workers <= MAX_WORKERS:
             raise InputError(
                 f"workers: expected 1 to {MAX_WORKERS} (0 would let CP-SAT take every core), got {self.workers!r}"

@@ -267,9 +267,11 @@ def engine_container(
     if gpus is not None:
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(gpus)
     env = placer_env(inst, rank, leader)  # first: a user's env value may reference it as $(PLACER_POD_RANK)
-    given = {e.name for e in t.env}
-    mine = given | set(ctx.spec.nccl.env)  # the user's values win over the preset's (template.env over both)
-    env += [e for e in engines.preset_env(ctx.spec, inst.pool) if e["name"] not in mine]
+    given, theirs = {e.name for e in t.env}, ctx.spec.nccl.env
+    # The user's values win over the preset's (template.env over both), in the preset's place: a template
+    # value after it may reference it as $(NAME), which Kubernetes expands only from earlier entries.
+    preset = [e for e in engines.preset_env(ctx.spec, inst.pool) if e["name"] not in given]
+    env += [{"name": e["name"], "value": theirs[e["name"]]} if e["name"] in theirs else e for e in preset]
     env += [e.manifest() for e in t.env]
     present = {e["name"] for e in env}  # one value per name: placer's own, the preset's and the template's first
     if ctx.nccl:

@@ -22,7 +22,7 @@ _PRE = {"alpha": 0, "beta": 1, "rc": 2}
 
 
 def version_key(release: str) -> tuple[int, ...]:
-    """Release order as semver has it: v1.13.0 < 1.14 (1.12 == 1.12.0); an alpha, beta or rc before its
+    """Release order: v1.13.0 < 1.14 (1.12 == 1.12.0); an alpha, beta or rc before its
     release, v0.1.0-alpha.9 < v0.1.0-alpha.10 < v0.1.0-beta.1 < v0.1.0-rc.1 < v0.1.0; another suffix (a vendor
     build, v1.34.0-gke.1000) and build metadata (+...) count as the release."""
     main, _, suffix = release.partition("+")[0].partition("-")  # build metadata (+...) does not order
