@@ -103,8 +103,7 @@ def _one_deployment(path: Path, docs: list[dict[str, Any]], wanted: str | None) 
     if len(matching) > 1:
         which = " or ".join(f"{n_ns}/{n}" for n_ns, n in matching)
         raise InputError(f"{path}: --deployment {wanted!r} is in several namespaces here: give {which}")
-    chosen = [d for d in docs if key(d) == matching[0]]
-    return chosen
+    return [d for d in docs if key(d) == matching[0]]
 
 
 def _from_record(path: Path, data: dict[str, Any], root: yaml.Node) -> Placed:

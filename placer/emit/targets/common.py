@@ -278,7 +278,7 @@ def engine_container(
         chosen = nccl.instance_settings(ctx.spec, ctx.topo, inst, ctx.exact_gpus) if settings is None else settings
         env += [{"name": s.name, "value": s.value} for s in chosen if s.name not in present]
     else:  # placer chooses nothing, but what the spec sets (nccl.env) is the user's, like template.env
-        env += [{"name": k, "value": v} for k, v in sorted(ctx.spec.nccl.env.items()) if k not in present]
+        env += [{"name": k, "value": v} for k, v in sorted(theirs.items()) if k not in present]
     resources: dict[str, Any] = {"requests": requests}
     if limits:
         resources["limits"] = limits
