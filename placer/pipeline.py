@@ -118,27 +118,40 @@ def imex_warnings(spec: ServingTopology, topo: Topology, placement: Placement, t
         found = {topo.node_by_name(n).path.get("nvlink-domain") for n in nodes}
         return found.pop() if len(nodes) > 1 and len(found) == 1 and None not in found else None
 
-    out = []
+    spans, crossings = [], []
     pair = transfer_pair(spec)
     for rep in placement.replicas:
         for inst in rep.instances:
             shared = domain({p.node for p in inst.pods})
             if shared is not None:
-                out.append(
-                    f"warning: replica {rep.index} {inst.pool}-{inst.index} spans {len(inst.pods)} trays of NVLink "
-                    f"domain {shared}: --target {target} gives its pods no IMEX channel, so NCCL runs it over the "
-                    "network, not the NVLink placer costed; --target dra gives each instance a ComputeDomain"
-                )
+                trays = f"{len(inst.pods)} trays of NVLink domain {shared}"
+                spans.append(f"replica {rep.index} {inst.pool}-{inst.index} spans {trays}")
         if pair is not None:
             ends = [{p.node for i in rep.instances if i.pool == pool for p in i.pods} for pool in pair]
             shared = domain(ends[0] | ends[1]) if ends[0] != ends[1] else None
             if shared is not None:
-                out.append(
-                    f"warning: replica {rep.index}'s {pair[0]}->{pair[1]} transfer crosses trays of NVLink domain "
-                    f"{shared}: without an IMEX channel (--target dra) it runs over the network, not the NVLink "
-                    "placer checked transfer.minBandwidthGBps against"
-                )
+                crossings.append(f"replica {rep.index} in {shared}")
+    out = []
+    if spans:
+        out.append(
+            f"warning: {_listed(spans)}: --target {target} gives "
+            f"{'its' if len(spans) == 1 else 'their'} pods no IMEX channel, so NCCL runs "
+            f"{'it' if len(spans) == 1 else 'them'} over the network, not the NVLink placer costed; --target dra "
+            "gives each instance a ComputeDomain"
+        )
+    if crossings:
+        out.append(
+            f"warning: the {pair[0]}->{pair[1]} transfer crosses trays of one NVLink domain ({_listed(crossings)}): "
+            "without an IMEX channel (--target dra) it runs over the network, not the NVLink placer checked "
+            "transfer.minBandwidthGBps against"
+        )
     return out
+
+
+def _listed(items: list[str], shown: int = 3) -> str:
+    """A few of many like findings on one line: a fleet-sized run would otherwise print one per instance."""
+    head = ", ".join(items[:shown])
+    return head if len(items) <= shown else f"{head} and {len(items) - shown} more like it"
 
 
 def run_solve(
