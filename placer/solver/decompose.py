@@ -28,7 +28,7 @@ from placer.solver.figures import free_in
 from placer.solver.greedy import greedy
 from placer.solver.options import CLOCK_NOTE, Budget, Outcome, SolveOptions, Unplaceable
 from placer.solver.problem import Problem
-from placer.solver.search import greedy_outcome, search
+from placer.solver.search import _forced_misses, greedy_outcome, search
 from placer.topology.graph import Topology
 
 INFEASIBLE = None  # a (domain, k) entry that has no placement
@@ -245,6 +245,26 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, budge
         assert base is not None
         return base[0] * k, base[1] * k
 
+    forced = _forced_misses(problem, 1)
+
+    def least_miss_cost(i: int, k: int) -> int | None:
+        """A lower bound on the cost of k replicas in domain i with the fewest misses the spec allows
+        (``forced`` each); None when they cannot have so few. Estimates order misses first, so they bound
+        the cost only at equal misses: a proven entry's cost, its search's bound, k times one replica's."""
+        if k > room[i] or bounds[i] is INFEASIBLE or bounds[i][0] > forced:
+            return None
+        if any((i, j) in solved and solved[(i, j)] is None for j in range(1, k + 1)):
+            return None  # proven infeasible
+        got, one = solved.get((i, k)), solved.get((i, 1))
+        if got is not None and got.proven:
+            return got.cost if got.misses == k * forced else None
+        if one is not None and one.proven and one.misses > forced:
+            return None  # one replica alone misses more here
+        lower = [bounds[i][1] * k if bounds[i][0] == forced else 0]
+        lower += [one.cost * k] if one is not None and one.proven else []
+        lower += [got.bound] if got is not None and got.misses == k * forced and got.bound is not None else []
+        return max(lower)
+
     def solve_entry(i: int, k: int, share: int) -> None:
         """Solve one entry within its share of the work left, so one hard domain cannot starve the rest."""
         nonlocal searched
@@ -287,7 +307,8 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, budge
             # which limit: the wall clock's answer depends on the machine, and --time-limit is not the remedy
             cut = CLOCK_NOTE if budget.clock_cut else "time limit hit while solving domain by domain"
             notes = [f"{cut}; the greedy placement is returned"]
-            return replace(fallback, notes=notes, seconds={"search": time.perf_counter() - t0})
+            bound = _least_miss_bound(problem, split, room, fallback, least_miss_cost)
+            return replace(fallback, bound=bound, notes=notes, seconds={"search": time.perf_counter() - t0})
     if n < problem.min_replicas or (timed_out and n == 0):
         raise Unplaceable(not timed_out)
     replicas: list[ReplicaPlacement] = []
@@ -308,10 +329,35 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, budge
             f"[by domain] {searched} model(s) solved over {len(split.domains)} "
             f"{_level_word(topo, split.domains)} domains; the rest were excluded by their lower bound"
         )
-    # Lower bounds here are lexicographic (misses first), so they bound the cost only at equal misses
-    # domain by domain; short of a proof no cost bound is claimed.
-    bound = cost if proven else None
-    return Outcome(tuple(replicas), misses, cost, bound, proven, notes, {"search": time.perf_counter() - t0})
+    out = Outcome(tuple(replicas), misses, cost, cost if proven else None, proven, notes, {})
+    bound = cost if proven else _least_miss_bound(problem, split, room, out, least_miss_cost)
+    return replace(out, bound=bound, seconds={"search": time.perf_counter() - t0})
+
+
+def _least_miss_bound(
+    problem: Problem,
+    split: Split,
+    room: list[int],
+    found: Outcome,
+    least_miss_cost: Callable[[int, int], int | None],
+) -> int | None:
+    """A cost bound for a cut-short search that placed every replica with the fewest misses the spec allows:
+    the least sum of per-entry bounds at those misses over every selection of all replicas. The staged
+    optimum is such a selection, each of its entries at exactly its forced misses (none can have fewer, and
+    they add up). None otherwise: estimates ordered misses first bound no cost at other misses."""
+    n = len(found.replicas)
+    if n < problem.replicas or found.misses > _forced_misses(problem, n):
+        return None
+
+    def as_value(i: int, k: int) -> Value | None:
+        c = least_miss_cost(i, k)
+        return None if c is None else (0, c)
+
+    chosen = _best_selection(split, room, n, as_value)
+    if sum(k for _i, k in chosen) < n:
+        return None  # cannot happen while the placement itself has no miss; claim nothing then
+    bound = sum(as_value(i, k)[1] for i, k in chosen if k)  # type: ignore[index]
+    return bound if bound <= found.cost else None
 
 
 def _cap(problem: Problem, split: Split, domain: str) -> int:
