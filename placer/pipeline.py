@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from placer.check.gate import verify_fleet, verify_placement
+from placer.check.gate import verify_fleet, verify_kept, verify_placement
 from placer.check.verify import Report
 from placer.model.placement import Placement
 from placer.model.running import Running
@@ -402,6 +402,7 @@ def _run_fleet(
     )
     result = solve_fleet(deployments, base, _wall_left(options, started), progress=progress)
     reports = verify_fleet(base, [(p.deployment.spec, p.placement) for p in result.placed])
+    verify_kept(running, [(p.deployment.spec, p.placement) for p in result.placed])
     result.cost = sum(r.total_units for r in reports)  # the checker's figure, as for a single spec
     by_key = {p.deployment.key: (p, r) for p, r in zip(result.placed, reports, strict=True)}
     manifests: list[dict] = []
@@ -610,6 +611,7 @@ def run_autoscale(
     result = solve_fleet(
         [Deployment(after_spec, str(spec_path), keep.kept.get(key))], keep.topology, _wall_left(options, started)
     )
+    pinned = not result.unplaced
     if result.unplaced and allow_moves:
         progress(f"{key}: does not fit with every running instance pinned; re-placing it whole (--allow-moves)")
         result = solve_fleet(
@@ -626,6 +628,8 @@ def run_autoscale(
         )
     placement = result.placed[0].placement
     report = verify_fleet(keep.topology, [(after_spec, placement)])[0]
+    if pinned:
+        verify_kept(running, [(after_spec, placement)])
     after = named(spec_path, build_manifests, after_spec, keep.topology, placement, report, **emit)
     moves = _moves(mine.instances, placement)
     return AutoscaleResult(after_spec, decision, observed, *_diff(before, after), moves, placement, emit["target"])

@@ -8,6 +8,7 @@ from dataclasses import replace
 from placer.check.verify import Report, check
 from placer.model.errors import VerificationError
 from placer.model.placement import Placement
+from placer.model.running import Running
 from placer.model.spec import ServingTopology
 from placer.topology.graph import Topology
 from placer.topology.usage import merge_usage, usage
@@ -42,6 +43,45 @@ def verify_fleet(topo: Topology, placed: list[tuple[ServingTopology, Placement]]
     Raises VerificationError (a bug in placer) on anything; the objective becomes the checker's figure."""
     _claim_once(placed)
     return [verify_placement(spec, t, pl) for (spec, pl), t in zip(placed, _others_taken(topo, placed), strict=True)]
+
+
+def verify_kept(running: list[Running], placed: list[tuple[ServingTopology, Placement]]) -> None:
+    """Under --keep, re-checked from what runs rather than from the solver's keep plan: every running
+    instance its spec still has (same replica, pool and index, the same GPUs, a multi-node one in its
+    layout) is on exactly the GPUs it runs on, and every running router of a replica the spec still routes
+    is on its node. Raises VerificationError (a bug in placer) on anything."""
+    by_key = {f"{pl.namespace}/{pl.deployment}": (spec, pl) for spec, pl in placed}
+    problems = []
+    for run in running:
+        if run.key not in by_key:
+            continue
+        spec, pl = by_key[run.key]
+        where = {(rep.index, i.pool, i.index): i.pods for rep in pl.replicas for i in rep.instances}
+        for (k, pool, i), inst in sorted(run.instances.items()):
+            p = spec.pools.get(pool)
+            sizes = [len(pod.gpus) for pod in inst.pods]
+            if p is None or k >= spec.replicas or i >= p.instances or sum(sizes) != p.gpus_per_instance:
+                continue  # the spec no longer has it: dropped, not kept
+            if p.node_count is not None and sizes != [p.gpus_per_node] * p.node_count:
+                continue
+            if where.get((k, pool, i)) != inst.pods:
+                problems.append(
+                    f"{run.key} replica {k} {pool}-{i} runs on {_pods(inst.pods)}, placed on "
+                    f"{_pods(where.get((k, pool, i), ()))}"
+                )
+        routers = {rep.index: rep.router for rep in pl.replicas}
+        for k, node in sorted(run.routers.items()):
+            if spec.router is not None and k < spec.replicas and routers.get(k) != node:
+                problems.append(f"{run.key} replica {k}'s router runs on {node}, placed on {routers.get(k)}")
+    if problems:
+        raise VerificationError(
+            "the independent checker rejected the placement (a bug in placer; nothing was printed): a running "
+            "instance kept by --keep moved:\n  " + "\n  ".join(problems[:20])
+        )
+
+
+def _pods(pods) -> str:
+    return "; ".join(f"{p.node} GPUs {','.join(map(str, p.gpus))}" for p in pods) or "nothing"
 
 
 def check_fleet(topo: Topology, placed: list[tuple[ServingTopology, Placement]]) -> list[Report]:

@@ -148,9 +148,12 @@ def _check_structure(spec: ServingTopology, topo: Topology, pl: Placement, r: Re
                 r.violations.append(f"replica {rep.index} has no router")
             else:
                 try:
-                    topo.node_by_name(rep.router)
+                    if not topo.node_by_name(rep.router).schedulable:
+                        r.violations.append(f"replica {rep.index}: router on {rep.router}, which is unschedulable")
                 except KeyError:
                     r.violations.append(f"replica {rep.index}: router on unknown node {rep.router!r}")
+        elif rep.router is not None:
+            r.violations.append(f"replica {rep.index} has a router on {rep.router}; the spec asks for none")
 
 
 def _check_gpus_and_capacity(spec: ServingTopology, topo: Topology, pl: Placement, r: Report) -> None:
@@ -171,6 +174,12 @@ def _check_gpus_and_capacity(spec: ServingTopology, topo: Topology, pl: Placemen
                 len(inst.pods) != pool.node_count or any(len(p.gpus) != pool.gpus_per_node for p in inst.pods)
             ):
                 r.violations.append(f"{who}: needs {pool.node_count} nodes x {pool.gpus_per_node} GPUs")
+            if any(not p.gpus for p in inst.pods):
+                r.violations.append(f"{who}: a pod with no GPU")
+            if pool.pipeline_parallel > 1 and pool.node_count is None and len(inst.pods) > 1:
+                r.violations.append(
+                    f"{who}: {pool.pipeline_parallel} pipeline stages without nodeCount must share one node"
+                )
             if pool.template.engine != "custom" and len({len(p.gpus) for p in inst.pods}) > 1:
                 # an engine preset runs one process group that splits TP evenly over its pods' nodes
                 counts = [len(p.gpus) for p in inst.pods]
@@ -274,8 +283,11 @@ def _check_transfer(spec: ServingTopology, topo: Topology, pl: Placement, r: Rep
                 where = f"replica {rep.index} {a.pool}-{a.index} -> {b.pool}-{b.index}"
                 if t is not None and t.min_bandwidth_gbps and bw < t.min_bandwidth_gbps - 1e-9:
                     r.violations.append(f"{where}: KV path offers {bw:g} GB/s, floor is {t.min_bandwidth_gbps:g} GB/s")
-                if t is not None and t.max_level and LEVEL_RANK[figs.level] > LEVEL_RANK[t.max_level]:
-                    r.violations.append(f"{where}: apart across {LEVEL_WORDS[figs.level]}, limit is {t.max_level}")
+                # maxLevel bounds how far apart the two instances are (their narrowest common domain), not
+                # the route: a PCIe node's transfer may leave through its NIC rails and still be in the node.
+                apart = topo.domains[topo.lowest_common(sorted({topo.gpu_domain(n, g) for n, g in ga + gb}))].level
+                if t is not None and t.max_level and LEVEL_RANK[apart] > LEVEL_RANK[t.max_level]:
+                    r.violations.append(f"{where}: apart across {LEVEL_WORDS[apart]}, limit is {t.max_level}")
                 if worst is None or us > worst[0]:
                     worst = (us, figs, bw)
         assert worst is not None

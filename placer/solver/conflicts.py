@@ -254,10 +254,13 @@ def _packing_conflict(problem: Problem, name: str) -> Conflict | None:
     topo = problem.topology
     wider = any(topo.domains[d].level not in ("node", "socket") for d in _maximal_domains(problem, plan.required))
     if wider and _one_node(problem, name):  # its level has domains of several nodes, which it cannot use
-        where = (
-            f"one node (its engine runs an instance that fits one node, {plan.size} GPUs, on one node, "
-            "whatever placement.required says)"
+        pool = problem.spec.pools[name]
+        why = (
+            f"its {pool.pipeline_parallel} pipeline stages share one node without nodeCount"
+            if pool.pipeline_parallel > 1 and pool.node_count is None
+            else f"its engine runs an instance that fits one node, {plan.size} GPUs, on one node"
         )
+        where = f"one node ({why}, whatever placement.required says)"
     largest = f"the largest free block is {blocks[0][0]} GPUs ({blocks[0][1]})" if blocks else "no GPU is free"
     message = (
         f"{name} needs {_shape(problem, name, need)}, each inside {where}; "

@@ -14,7 +14,11 @@ def layout(topo: Topology, pool: Pool, eligible: frozenset[int]) -> Layout:
     nodeCount/gpusPerNode when given. An engine preset (template.engine other than custom) runs one process
     group over equal pods (vLLM and SGLang split TP evenly over --nnodes), so an instance that fits the
     largest matching node goes on one node, and a larger one is split evenly: the largest divisor of its GPUs
-    that fits a node, per node (TP8 on 4-GPU GB200 trays: 2 x 4). A custom engine may be spread freely."""
+    that fits a node, per node (TP8 on 4-GPU GB200 trays: 2 x 4). A custom engine may be spread freely,
+    except over pipeline stages: without nodeCount a PP > 1 instance is one node (stages cut at pods, so a
+    free split could cut a TP group across nodes; check_pool_fits refuses one larger than a node)."""
+    if pool.node_count is None and pool.pipeline_parallel > 1 and eligible:
+        return None, None, True
     if pool.node_count is not None or pool.template.engine == "custom" or not eligible:
         return pool.node_count, pool.gpus_per_node, False
     size = pool.gpus_per_instance

@@ -1,0 +1,142 @@
+"""Rules the independent checker once let through (or refused wrongly), each on a placement placer produced
+and then changed in exactly one way, so the test fails if the checker stops seeing that rule."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_in_process import run
+
+from placer.check.verify import check
+from placer.emit.readback import load_running
+from placer.model.errors import VerificationError
+from placer.model.placement import Pod
+from placer.pipeline import run_fleet, run_solve
+from placer.solver.options import SolveOptions
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "fixtures"
+SMALL = FIX / "clusters" / "small-mixed.yaml"
+MODEL = {"layers": 32, "hiddenSize": 4096, "kvHeads": 8, "headDim": 128}
+
+
+def _write(path: Path, doc: dict) -> Path:
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _spec(name: str, pools: dict, **extra) -> dict:
+    return {"apiVersion": "placer.dev/v1alpha1", "kind": "ServingTopology", "metadata": {"name": name},
+            "model": MODEL, "pools": pools, **extra}  # fmt: skip
+
+
+def _with_pods(placement, replica: int, pods) -> object:
+    """The placement with the first instance of ``replica`` on ``pods`` instead."""
+    reps = list(placement.replicas)
+    first, *rest = reps[replica].instances
+    reps[replica] = replace(reps[replica], instances=(replace(first, pods=tuple(pods)), *rest))
+    return replace(placement, replicas=tuple(reps))
+
+
+@pytest.fixture(scope="module")
+def agg():
+    return run_solve(FIX / "specs" / "aggregated-tp8.yaml", SMALL, SolveOptions())
+
+
+def test_a_router_on_an_unschedulable_node_is_refused(tmp_path):
+    doc = yaml.safe_load(SMALL.read_text())
+    doc["nodes"].append({"name": "cpu-b", "rack": "r2", "leaf": "su1", "cpu": "32", "memory": "128Gi",
+                         "schedulable": False})  # fmt: skip
+    res = run_solve(FIX / "specs" / "aggregated-tp8.yaml", _write(tmp_path / "c.yaml", doc), SolveOptions())
+    assert all(rep.router != "cpu-b" for rep in res.placement.replicas)
+    reps = list(res.placement.replicas)
+    reps[-1] = replace(reps[-1], router="cpu-b")
+    report = check(res.spec, res.topology, replace(res.placement, replicas=tuple(reps)))
+    assert report.violations == [f"replica {reps[-1].index}: router on cpu-b, which is unschedulable"]
+
+
+def test_a_router_the_spec_does_not_ask_for_is_refused(agg):
+    spec = agg.spec.model_copy(update={"router": None})
+    assert check(spec, agg.topology, agg.placement).violations == [
+        f"replica {r.index} has a router on {r.router}; the spec asks for none" for r in agg.placement.replicas
+    ]
+
+
+def test_a_pod_without_a_gpu_is_refused(agg):
+    inst = agg.placement.replicas[0].instances[0]
+    bad = _with_pods(agg.placement, 0, [*inst.pods, Pod("cpu-a", ())])
+    assert "replica 0 aggregated-0: a pod with no GPU" in check(agg.spec, agg.topology, bad).violations
+
+
+def test_pipeline_stages_without_node_count_share_one_node(tmp_path):
+    """A custom engine may spread TP freely, but PP stages are cut at pods: without nodeCount a PP instance
+    is one node (DESIGN's rule). The solver split one over two nodes, and the checker let it through."""
+    doc = yaml.safe_load(SMALL.read_text())
+    next(n for n in doc["nodes"] if n["name"] == "dgx-b")["busy"] = [0, 1, 2, 3]
+    cluster = _write(tmp_path / "frag.yaml", doc)
+    pool = {"instances": 1, "tensorParallel": 4, "pipelineParallel": 2, "gpu": {"product": "NVIDIA-H100-80GB-HBM3"},
+            "template": {"image": "example.com/engine:1"}}  # fmt: skip
+    spec = _write(tmp_path / "pp.yaml", _spec("pp", {"aggregated": pool}))
+    out = run("solve", spec, cluster)
+    assert out.returncode == 1, out.stderr
+    assert "its 2 pipeline stages share one node without nodeCount" in out.stderr
+    res = run_solve(spec, SMALL, SolveOptions())  # dgx-b whole: one node holds it
+    assert [len(i.pods) for r in res.placement.replicas for i in r.instances] == [1]
+    split = _with_pods(res.placement, 0, [Pod("dgx-a", (0, 1, 3, 4, 6, 7)), Pod("dgx-b", (4, 5))])
+    assert "replica 0 aggregated-0: 2 pipeline stages without nodeCount must share one node" in (
+        check(res.spec, res.topology, split).violations
+    )
+
+
+@pytest.mark.parametrize("level", ["node", "socket"])
+def test_max_level_is_where_the_instances_are_not_the_route_their_bytes_take(tmp_path, level):
+    """On a two-socket PCIe node the fastest KV route leaves through the NIC rails; the checker read that
+    route's level as the instances' distance and refused every placement under maxLevel node (exit 3)."""
+    pool = {"instances": 1, "tensorParallel": 2, "gpu": {"product": "NVIDIA-A100-PCIE-40GB"},
+            "placement": {"required": "socket"}, "template": {"image": "example.com/engine:1"}}  # fmt: skip
+    transfer = {"from": "prefill", "to": "decode", "maxLevel": level}
+    doc = _spec("pcie-kv", {"prefill": pool, "decode": copy.deepcopy(pool)}, transfer=transfer)
+    out = run("solve", _write(tmp_path / "s.yaml", doc), SMALL, "--placement", tmp_path / "p.json")
+    assert out.returncode == 0, out.stderr
+    res = run_solve(tmp_path / "s.yaml", SMALL, SolveOptions())
+    (prefill,), (decode,) = (
+        [i for i in res.placement.replicas[0].instances if i.pool == p] for p in ("prefill", "decode")
+    )
+    assert prefill.pods[0].node == decode.pods[0].node
+    # Moved to another node, the pair is apart across a rack (or more): refused.
+    other = "pcie-b" if prefill.pods[0].node == "pcie-a" else "pcie-a"
+    reps = list(res.placement.replicas)
+    moved = tuple(replace(i, pods=(Pod(other, (0, 1)),)) if i.pool == "decode" else i for i in reps[0].instances)
+    far = replace(res.placement, replicas=(replace(reps[0], instances=moved),))
+    assert any(f"limit is {level}" in v for v in check(res.spec, res.topology, far).violations)
+
+
+def test_a_kept_instance_that_moved_is_refused(tmp_path):
+    """--keep's promise, re-checked from what runs: the batch gate did not know what was kept."""
+    from placer.check.gate import verify_kept
+
+    doc = yaml.safe_load((FIX / "specs" / "aggregated-tp8.yaml").read_text())
+    doc["replicas"] = 1
+    doc.pop("spread", None)
+    record = tmp_path / "running.json"
+    out = run("solve", _write(tmp_path / "one.yaml", doc), SMALL, "--placement", record, "-q")
+    assert out.returncode == 0, out.stderr
+    doc["replicas"] = 2
+    res = run_fleet([_write(tmp_path / "two.yaml", doc)], SMALL, SolveOptions(), keep_paths=[record])
+    placed = res.fleet.placed[0]
+    running = load_running([record])
+    verify_kept(running, [(placed.deployment.spec, placed.placement)])  # as placed: kept where it runs
+    r0, r1 = placed.placement.replicas
+    swapped = replace(
+        placed.placement,
+        replicas=(
+            replace(r0, instances=r1.instances, router=r1.router),
+            replace(r1, instances=r0.instances, router=r0.router),
+        ),
+    )
+    with pytest.raises(VerificationError, match="replica 0 aggregated-0 runs on"):
+        verify_kept(running, [(placed.deployment.spec, swapped)])
