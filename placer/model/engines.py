@@ -18,7 +18,6 @@ are known); ``engine_spec`` turns one instance's facts into container fields.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -397,24 +396,4 @@ def engine_spec(
         # Only the leader serves HTTP; a shared template of a multi-node instance gets no HTTP probes.
         if pods == 1 or rank == 0:
             out |= http_probes(p.port)
-    return out
-
-
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def placeholders(text: str) -> list[str]:
-    return _PLACEHOLDER.findall(text)
-
-
-def expand(args: list[str], values: dict[str, list[str]]) -> list[str]:
-    """Expand ``{name}`` placeholders: an arg that is exactly one list placeholder becomes one arg per item
-    (none when the list is empty); inside a longer arg the items are joined with commas."""
-    out: list[str] = []
-    for arg in args:
-        whole = _PLACEHOLDER.fullmatch(arg)
-        if whole:
-            out += values[whole.group(1)]
-            continue
-        out.append(_PLACEHOLDER.sub(lambda m: ",".join(values[m.group(1)]), arg))
     return out

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from placer.model import API_VERSION, engines, k8s
+from placer.model import API_VERSION, engines, k8s, placeholders
 from placer.model.k8s import CpuQuantity, MemoryQuantity, field_alias
 from placer.model.levels import LEVEL_RANK, Level
 from placer.model.numbers import Float, FloatOrNone, Int, IntOrNone
@@ -439,7 +439,7 @@ class Router(_Model):
             raise ValueError(f"command: router kind {self.kind} writes the command; remove it or use kind: custom")
         for where, values in (("args", self.args), ("command", self.command)):
             for k, arg in enumerate(values):
-                unknown = [p for p in engines.placeholders(arg) if p not in ROUTER_PLACEHOLDERS]
+                unknown = [p for p in placeholders.placeholders(arg) if p not in ROUTER_PLACEHOLDERS]
                 if unknown:
                     raise ValueError(
                         f"{where}[{k}]: unknown placeholder {{{unknown[0]}}}; known: "

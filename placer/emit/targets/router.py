@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from placer.emit.targets.common import ROUTER_ROLE, Context, affinity, hostname, labels
-from placer.model import engines
+from placer.model import engines, placeholders
 from placer.model.errors import InputError
 from placer.model.placement import ReplicaPlacement
 
@@ -117,13 +117,13 @@ def router_container(ctx: Context, replica: int, frontend: bool = False) -> dict
     values = endpoints(ctx, replica)
     if kind == "dynamo":
         command = list(ROUTER_COMMAND["dynamo"])
-        args = ["--http-port", str(router.port)] + engines.expand(list(router.args), values)
+        args = ["--http-port", str(router.port)] + placeholders.expand(list(router.args), values)
     elif kind == "custom":
-        command = engines.expand(list(router.command), values)
-        args = engines.expand(list(router.args), values)
+        command = placeholders.expand(list(router.command), values)
+        args = placeholders.expand(list(router.args), values)
     else:
         command = list(ROUTER_COMMAND[kind])
-        args = preset_args(ctx, replica) + engines.expand(list(router.args), values)
+        args = preset_args(ctx, replica) + placeholders.expand(list(router.args), values)
     # router.image overrides the kind's image; a sglang/vllm router turned Dynamo frontend takes Dynamo's.
     image = router.image if router.image and kind == router.kind else ROUTER_IMAGES.get(kind)
     container: dict[str, Any] = {"name": "router", "image": image}
