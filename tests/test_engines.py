@@ -105,6 +105,9 @@ def test_single_node_flags_follow_the_spec(disagg, engine):
         assert c["ports"] == [{"name": "http", "containerPort": port}]
         assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": port}
         assert c["startupProbe"]["failureThreshold"] * c["startupProbe"]["periodSeconds"] >= 1800
+        # SGLang's /health generates a token and sleeps 1 s before answering: past Kubernetes' default 1 s
+        # timeout, every probe would fail and the container be restarted for ever.
+        assert all(c[p].get("timeoutSeconds", 1) >= 5 for p in ("startupProbe", "readinessProbe", "livenessProbe"))
         gpus = int(c["resources"]["limits"]["nvidia.com/gpu"])
         assert gpus == pool.tensor_parallel * pool.pipeline_parallel  # one pod holds the whole instance
         if engine == "vllm":
@@ -214,6 +217,20 @@ def test_contradicting_tp_exits_2_with_file_and_line(tmp_path, engine, args):
     assert "tensorParallel is 8" in proc.stderr and "contradicts" in proc.stderr
 
 
+@pytest.mark.parametrize("flag", ["--tp_size", "--tensor_parallel_size"])  # click aliases in trtllm-serve
+def test_trtllm_serve_tp_under_either_name_is_checked(tmp_path, flag):
+    doc = yaml.safe_load((ROOT / "fixtures" / "specs" / "aggregated-tp8.yaml").read_text())
+    doc.pop("router")
+    t = doc["pools"]["aggregated"]["template"]
+    t |= {"engine": "trtllm", "image": "nvcr.io/nvidia/tensorrt-llm/release:1.1.0", "args": [flag, "4"]}
+    t.pop("ports", None)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    proc = run("validate", path, ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml")
+    assert proc.returncode == 2, proc.stderr
+    assert f"{flag} 4 contradicts the spec: pools.aggregated.tensorParallel is 8" in proc.stderr
+
+
 @pytest.mark.parametrize(
     "args,why",
     [
@@ -268,10 +285,11 @@ def test_dynamo_router_kind_makes_the_engines_dynamo_workers(disagg):
             tp = str(spec.pools[pod["metadata"]["labels"]["placer.dev/pool"]].tensor_parallel)
             assert tp in (f.get("--tensor-parallel-size") or f.get("--tp-size") or [])
             assert "--port" not in f and "ports" not in c  # Dynamo's frontend finds them; no HTTP of their own
+            # ai-dynamo 1.5.0 knows no --is-prefill-worker (vLLM's parser exits on it), and its vLLM prefill
+            # refuses to start without a KV transfer config
+            assert "--is-prefill-worker" not in f and f["--disaggregation-mode"] == [role]
             if engine == "vllm":
-                assert ("--is-prefill-worker" in f) == (role == "prefill")
-            else:
-                assert f["--disaggregation-mode"] == [role]
+                assert json.loads(f["--kv-transfer-config"][0])["kv_connector"] == "NixlConnector"
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])

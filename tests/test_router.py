@@ -192,7 +192,7 @@ def test_dynamo_target_frontend_is_dynamos(disagg, kind):
     for pool in ("prefill", "decode"):
         (main,) = components[pool]["podTemplate"]["spec"]["containers"]
         assert main["command"] == ["python3", "-m", "dynamo.vllm"]
-        assert ("--is-prefill-worker" in main["args"]) == (pool == "prefill")
+        assert main["args"][main["args"].index("--disaggregation-mode") + 1] == pool
 
 
 def test_every_target_builds_the_preset_router(disagg):

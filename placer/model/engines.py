@@ -216,10 +216,14 @@ def preset(spec: Any, pool_name: str, dynamo: bool = False) -> Preset | None:
             Flag(("--data-parallel-size", "-dp"), "1", dp_why),
         ]
         args = ["--tensor-parallel-size", tp, "--pipeline-parallel-size", pp]
-        if dynamo:
-            owned.append(Flag(("--is-prefill-worker",), role == "prefill", role_why))
-            args = ["--model", model, *args] + (["--is-prefill-worker"] if role == "prefill" else [])
-            return Preset(["python3", "-m", "dynamo.vllm"], args, owned, None)
+        if dynamo:  # ai-dynamo 1.5.0 dynamo/vllm: the role by --disaggregation-mode; a prefill needs a KV config
+            if role != "aggregated":
+                args += ["--disaggregation-mode", role, "--kv-transfer-config", NIXL_KV]
+                owned += [
+                    Flag(("--disaggregation-mode",), role, role_why),
+                    Flag(("--kv-transfer-config",), NIXL_KV, role_why, json=True),
+                ]
+            return Preset(["python3", "-m", "dynamo.vllm"], ["--model", model, *args], owned, None)
         args = [model, *args, "--host", "0.0.0.0", "--port", str(port)]
         owned += [host, Flag(("--port",), str(port), port_why)]
         if role != "aggregated":  # an aggregated pool's KV config (an offload connector) is the user's
@@ -267,8 +271,8 @@ def preset(spec: Any, pool_name: str, dynamo: bool = False) -> Preset | None:
             owned.append(Flag(("--disaggregation-mode",), role, role_why))
         return Preset(["python3", "-m", "dynamo.trtllm"], args, owned, None)
     owned = [
-        Flag(("--tp_size",), tp, tp_why),
-        Flag(("--pp_size",), pp, pp_why),
+        Flag(("--tp_size", "--tensor_parallel_size"), tp, tp_why),  # click aliases (trtllm commands/serve.py)
+        Flag(("--pp_size", "--pipeline_parallel_size"), pp, pp_why),
         host,
         Flag(("--port",), str(port), port_why),
     ]
@@ -350,12 +354,13 @@ def user_args(spec: Any, pool_name: str) -> list[str]:
 
 
 def http_probes(port: int) -> dict[str, Any]:
-    """Startup (an hour for the model to load), readiness and liveness on the engine's ``/health``."""
-    get = {"httpGet": {"path": "/health", "port": port}}
+    """Startup (an hour for the model to load), readiness and liveness on the engine's ``/health``, each
+    given 10 s: SGLang's generates a token and sleeps 1 s first (http_server.py), past Kubernetes' default 1 s."""
+    get = {"httpGet": {"path": "/health", "port": port}, "timeoutSeconds": 10}
     return {
         "startupProbe": get | {"periodSeconds": STARTUP_PERIOD_S, "failureThreshold": STARTUP_FAILURES},
         "readinessProbe": get | {"periodSeconds": 10, "failureThreshold": 3},
-        "livenessProbe": get | {"periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 5},
+        "livenessProbe": get | {"periodSeconds": 30, "failureThreshold": 5},
     }
 
 
