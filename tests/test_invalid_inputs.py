@@ -112,7 +112,7 @@ CASES: dict[str, tuple[str, int | None, str]] = {
         11,
         "pools.aggregated.tensorParallel: expected an integer, got '8' (a string: write it without quotes)",
     ),
-    "spec-replicas-yes.yaml": ("spec", 12, "replicas: expected an integer, got true (YAML reads"),
+    "spec-replicas-yes.yaml": ("spec", 12, "replicas: expected an integer, got 'yes'"),  # YAML 1.2: yes is text
     "spec-kv-floor-true.yaml": ("spec", 11, "transfer.minBandwidthGBps: expected a number, got true"),
     "cluster-busy-true.yaml": ("cluster", 11, "nodes[1].busy[0]: expected an integer, got true"),
     "cluster-queue-depth-map-true.yaml": (
@@ -127,7 +127,7 @@ CASES: dict[str, tuple[str, int | None, str]] = {
         14,
         "pools.aggregated.template.resources.requests: cpu 'abc' is not a Kubernetes quantity",
     ),
-    "spec-key-read-as-boolean.yaml": ("spec", 10, "key 'on' is read as a boolean (YAML reads yes/no, on/off"),
+    "spec-key-read-as-boolean.yaml": ("spec", 10, "pools.aggregated.on: unknown field"),  # YAML 1.2: on is text
     "spec-env-reserved.yaml": (
         "spec",
         15,
@@ -140,6 +140,23 @@ CASES: dict[str, tuple[str, int | None, str]] = {
         15,
         "overrides[1].domain: 'node/dgx-a' is also the domain of overrides[0]",
     ),
+    # Found comparing the JSON Schemas with the loader (YAML 1.2, as editors read it, and the schemas' rules):
+    "spec-snake-case-field.yaml": (
+        "spec",
+        9,
+        "pools.aggregated.tensor_parallel: unknown field: field names are camelCase",
+    ),
+    "spec-key-true.yaml": ("spec", 9, "key 'true' is read as a boolean"),
+    "spec-null-key.yaml": ("spec", 9, "a mapping key must be a name, not null"),
+    "spec-quantity-with-spaces.yaml": ("spec", 16, "pools.aggregated.template.resources.requests: cpu '16 ' is not"),
+    "spec-image-uppercase-path.yaml": ("spec", 14, "pools.aggregated.template.image: image 'vllm/VLLM-openai"),
+    "spec-duration-spaced.yaml": ("spec", 27, "scaling.cooldown: '5 m' is not a duration"),
+    "spec-number-grouped.yaml": ("spec", 19, "replicas: expected an integer, got '1_0' (YAML 1.2 reads"),
+    "spec-router-kind-missing.yaml": ("spec", 21, "router.kind: give sglang, vllm, dynamo, or custom"),
+    "spec-pool-name-digit.yaml": ("spec", 10, "pools.8b.tensorParallel: vllm splits"),
+    "cluster-schedulable-n.yaml": ("cluster", 40, "nodes[0].schedulable: expected true or false, got 'n'"),
+    "cluster-class-capitalised.yaml": ("cluster", 25, "nodeClasses.DGX.sockets: Input should be greater"),
+    "cluster-gpu-list-no-memory.yaml": ("cluster", 42, "nodes[0].gpus[1].memoryGiB: Field required"),
     "cluster-duplicate-hostname-label.yaml": (
         "cluster",
         15,
@@ -387,3 +404,127 @@ def test_only_a_whole_exponent_number_is_quoted_by_the_writers():
     text = to_yaml([{"digest": "5e7a9c", "name": "1e100-r0", "text": "1e3", "also": "1.5E+2"}])
     assert "digest: 5e7a9c\n" in text and "name: 1e100-r0\n" in text
     assert "text: '1e3'\n" in text and "also: '1.5E+2'\n" in text
+
+
+def _spec_doc() -> dict:
+    import yaml
+
+    return yaml.safe_load(GOOD_SPEC.read_text())
+
+
+def _cluster_doc() -> dict:
+    import yaml
+
+    return yaml.safe_load(GOOD_CLUSTER.read_text())
+
+
+def _set(doc: dict, path: str, value) -> dict:
+    *parents, last = path.split(".")
+    node = doc
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    node[last] = value
+    return doc
+
+
+# (which format, path in the fixture, value): each once taken by one side only (a schema-vs-loader audit).
+AGREEMENT = [
+    ("spec", "pools.aggregated.tensorParallel", 8),  # a control: both take it
+    ("spec", "pools.aggregated.template.resources.requests.cpu", "16 "),
+    ("spec", "pools.aggregated.template.resources.requests.cpu", -1),
+    ("spec", "pools.aggregated.template.image", "vllm/VLLM-openai:v0.15.0"),
+    ("spec", "pools.aggregated.template.image", "vllm/vllm-openai:v0.15.0é"),
+    ("spec", "router.startFirst", "yes"),
+    ("spec", "router.startFirst", 0),
+    ("cluster", "nodes.0.schedulable", "n"),
+    ("cluster", "fabric.network.railOptimized", "off"),
+    ("cluster", "nodes.0.gpus", [{"index": 0, "product": "NVIDIA-H100-80GB-HBM3"}]),
+]
+
+
+@pytest.mark.parametrize(("which", "path", "value"), AGREEMENT)
+def test_the_schema_and_the_loader_agree(which, path, value):
+    """An editor validating with schemas/ and placer must take and refuse the same files."""
+    import jsonschema
+
+    from placer.model.cluster import ClusterSpec
+    from placer.model.spec import ServingTopology
+
+    doc = _set(_spec_doc() if which == "spec" else _cluster_doc(), path, value)
+    name, model = ("servingtopology", ServingTopology) if which == "spec" else ("cluster", ClusterSpec)
+    schema = json.loads((ROOT / "schemas" / f"{name}.schema.json").read_text())
+    by_schema = jsonschema.Draft202012Validator(schema).is_valid(doc)
+    try:
+        model.model_validate(doc, by_alias=True, by_name=False)
+        by_loader = True
+    except ValueError:
+        by_loader = False
+    assert by_schema == by_loader == (value == 8)
+
+
+@pytest.mark.parametrize(
+    ("field", "duration", "ok"),
+    [
+        ("cooldown", 1209600, False),
+        ("cooldown", "5 m", False),
+        ("cooldown", "３００s", False),
+        ("cooldown", "5m", True),
+    ],
+)
+def test_durations_agree_with_the_schema(field, duration, ok):
+    import jsonschema
+
+    from placer.model.spec import ServingTopology
+
+    doc = _spec_doc() | {"scaling": {"maxReplicas": 4, "scaleUpWhen": {"queueDepthPerGPU": 4}, field: duration}}
+    schema = json.loads((ROOT / "schemas" / "servingtopology.schema.json").read_text())
+    assert jsonschema.Draft202012Validator(schema).is_valid(doc) == ok
+    try:
+        ServingTopology.model_validate(doc)
+        assert ok
+    except ValueError:
+        assert not ok
+
+
+def test_snake_case_is_refused_as_the_schema_refuses_it(tmp_path):
+    """pydantic's populate_by_name took tensor_parallel; the schema (and DESIGN) say camelCase."""
+    text = GOOD_SPEC.read_text().replace("tensorParallel: 8", "tensor_parallel: 8")
+    (tmp_path / "s.yaml").write_text(text)
+    with pytest.raises(InputError, match="tensor_parallel: unknown field: field names are camelCase"):
+        load_spec(tmp_path / "s.yaml")
+
+
+def test_plain_scalars_are_read_as_yaml_1_2_reads_them(tmp_path):
+    """PyYAML reads YAML 1.1: 010 as eight, 0000:18:00.0 as a base-60 number, 2024-01-01 as a date and on
+    as true. Editors (and the schemas) read YAML 1.2: ten, and text for the rest."""
+    text = GOOD_CLUSTER.read_text()
+    assert "    rack: r1\n" in text and "{nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}" in text
+    text = text.replace("    rack: r1\n", "    rack: 2024-01-01\n", 1).replace(
+        'pciBusID: "0000:18:00.0"', "pciBusID: 0000:18:00.0"
+    )
+    text = text.replace("{nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}", "{example.com/flag: on}", 1)
+    (tmp_path / "c.yaml").write_text(text)
+    node = load_cluster(tmp_path / "c.yaml").nodes[0]
+    assert node.rack == "2024-01-01" and node.labels == {"example.com/flag": "on"}
+    assert node.gpu_ids is not None and node.gpu_ids[0].pci_bus_id == "0000:18:00.0"
+    spec = GOOD_SPEC.read_text().replace("replicas: 2", "replicas: 010")
+    (tmp_path / "s.yaml").write_text(spec)
+    assert load_spec(tmp_path / "s.yaml").replicas == 10
+
+
+@pytest.mark.parametrize(("kind", "said"), [("Placment", "got 'Placment'"), (None, "got None")])
+def test_a_record_with_a_wrong_kind_is_named_with_its_line(tmp_path, kind, said):
+    """A placer.dev/ record whose kind was mistyped or left out was read as manifests and refused as "not
+    manifests placer emitted", with no line."""
+    import yaml
+
+    record = tmp_path / "p.yaml"
+    assert run("solve", GOOD_SPEC, GOOD_CLUSTER, "--placement", record, "-q").returncode == 0
+    doc = yaml.safe_load(record.read_text())
+    doc.pop("kind")
+    doc = {"apiVersion": doc.pop("apiVersion"), **({"kind": kind} if kind else {}), **doc}
+    record.write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = run("explain", record, "--cluster", GOOD_CLUSTER)
+    assert proc.returncode == 2, proc.stderr
+    line = 2 if kind else 1
+    assert f"{record}:{line}: kind: a placer.dev/ document here is a record of kind 'Placement', {said}" in proc.stderr

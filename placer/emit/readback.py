@@ -71,8 +71,28 @@ def _documents(path: Path) -> list[tuple[Any, yaml.Node]]:
         nodes = (
             seq.value if isinstance(seq, yaml.SequenceNode) and len(seq.value) == len(items) else [root] * len(items)
         )
-        return list(zip(items, nodes, strict=True))
+        parsed = list(zip(items, nodes, strict=True))
+    _check_record_kinds(path, parsed)
     return parsed
+
+
+def _check_record_kinds(path: Path, parsed: list[tuple[Any, yaml.Node]]) -> None:
+    """A placer.dev/ document here is a Placement record: a mistyped or missing kind was read as manifests
+    and refused as "not manifests placer emitted", with no line; another placer kind is the wrong file."""
+    from placer.model.load import line_of
+
+    for data, root in parsed:
+        if not isinstance(data, dict) or not str(data.get("apiVersion", "")).startswith("placer.dev/"):
+            continue
+        kind = data.get("kind")
+        if kind == "Placement":
+            continue
+        other = f" (this file is a {kind}, given where a Placement record or manifests belong)" if kind in (
+            "ServingTopology", "Cluster") else ""  # fmt: skip
+        raise InputError(
+            f"{path}:{line_of(root, ('kind',))}: kind: a placer.dev/ document here is a record of kind "
+            f"'Placement', got {kind!r}{other}"
+        )
 
 
 def _root_of(parsed: list[tuple[Any, yaml.Node]], doc: dict[str, Any]) -> yaml.Node:
@@ -250,7 +270,7 @@ def _from_manifests(path: Path, docs: list[dict[str, Any]]) -> Placed:
         raise InputError(f"{path}: the objects carry different {SPEC_ANNOTATION} annotations: give one placement")
     spec_data = _json_annotation(path, carriers[0], SPEC_ANNOTATION)
     try:
-        spec = ServingTopology.model_validate(spec_data)
+        spec = ServingTopology.model_validate(spec_data, by_alias=True, by_name=False)
     except ValidationError as exc:
         raise InputError(
             f"{path}: annotation {SPEC_ANNOTATION}: not a valid spec ({exc.error_count()} errors)"

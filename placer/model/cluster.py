@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from placer.model import k8s
 from placer.model.k8s import CpuQuantity, MemoryQuantity, field_alias
-from placer.model.numbers import Float, FloatOrNone, Int, IntKey, IntOrNone
+from placer.model.numbers import Bool, Float, FloatOrNone, Int, IntKey, IntOrNone
 
 MAX_NODES = 100_000  # nodes in one cluster file: 100k GPUs of the largest style and more
 
@@ -66,7 +66,7 @@ class Network(_Model):
         le=100_000,
         description="Between nodes under one leaf. Default by kind: infiniband 2, ethernet 50 (RoCEv2 100GbE).",
     )
-    rail_optimized: bool = Field(
+    rail_optimized: Bool = Field(
         default=True,
         description=(
             "NIC i of every node goes to its own leaf switch (rail i), as in NVIDIA's reference fabrics; "
@@ -122,8 +122,8 @@ class Fabric(_Model):
 
 class GpuSpec(_Model):
     index: Int = Field(ge=0, le=255)
-    product: str | None = None
-    memory_gib: FloatOrNone = Field(default=None, gt=0)
+    product: str
+    memory_gib: Float = Field(gt=0)
     socket: Int = Field(default=0, ge=0, le=15, description="CPU socket / NUMA node the GPU hangs off.")
 
 
@@ -238,7 +238,7 @@ class NodeSpec(_Model):
     gpu_ids: list[GpuId] | None = Field(default=None, description="Per GPU index: uuid and PCI bus id (DRA).")
     used: Used = Used()
     metrics: Metrics = Metrics()
-    schedulable: bool = True
+    schedulable: Bool = True
 
     @field_validator("name")
     @classmethod

@@ -10,20 +10,23 @@ import re
 from decimal import Decimal
 from typing import Annotated
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, Field
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-# An OCI image reference: [registry[:port]/]path[:tag][@digest]; no whitespace or control characters.
+# An image reference as the container runtime parses it (distribution/reference's grammar, ASCII only):
+# [domain[:port]/]path[:tag][@digest]. A domain may have capitals; path components are lowercase.
+_DOMAIN = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]+)?"
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 IMAGE_REF = re.compile(
-    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]{1,2}[a-z0-9]+)*)*"
-    r"(:[\w][\w.-]{0,127})?(@[a-z0-9]+:[a-f0-9]{32,})?$",
-    re.IGNORECASE,
+    rf"^(?:{_DOMAIN}/)?{_PATH}(?:/{_PATH})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
 )
-_QUANTITY = re.compile(r"^([+]?[0-9.]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+)?$")
+QUANTITY_PATTERN = r"^([+]?[0-9.]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+)?$"
+_QUANTITY = re.compile(QUANTITY_PATTERN)
 _SUFFIX = {
     "": Decimal(1),
     "m": Decimal("0.001"),
@@ -92,10 +95,11 @@ MAX_EXPONENT = 30  # no node has 1e30 bytes or cores; larger values are typos or
 
 def parse_quantity(text: str | int | float) -> Decimal:
     """Parse a Kubernetes quantity into a Decimal of base units (cores, bytes)."""
-    raw = str(text).strip()
+    raw = str(text)
     match = _QUANTITY.fullmatch(raw)
     if not match:
-        raise ValueError(f"{raw!r} is not a Kubernetes quantity (examples: 500m, 4, 16Gi, 1.5e3)")
+        spaced = " (without the spaces around it: the API server refuses them)" if raw != raw.strip() else ""
+        raise ValueError(f"{raw!r} is not a Kubernetes quantity (examples: 500m, 4, 16Gi, 1.5e3){spaced}")
     number, suffix = match.group(1), match.group(2) or ""
     try:
         value = Decimal(number)
@@ -121,14 +125,14 @@ MAX_MEMORY_BYTES = 2**50  # 1Pi: a node's or a pod's memory, for the same reason
 def check_cpu(text: str) -> str:
     """A CPU quantity that the model's integer arithmetic can hold."""
     if parse_quantity(text) > MAX_CPU_CORES:
-        raise ValueError(f"{str(text).strip()!r} is over the limit of {MAX_CPU_CORES} cores")
+        raise ValueError(f"{str(text)!r} is over the limit of {MAX_CPU_CORES} cores")
     return text
 
 
 def check_memory(text: str) -> str:
     """A memory quantity that the model's integer arithmetic can hold."""
     if parse_quantity(text) > MAX_MEMORY_BYTES:
-        raise ValueError(f"{str(text).strip()!r} is over the limit of 1Pi bytes")
+        raise ValueError(f"{str(text)!r} is over the limit of 1Pi bytes")
     return text
 
 
@@ -168,7 +172,10 @@ def quantity_text(value: object) -> object:
 
 
 # Kubernetes' own schemas type a quantity as int-or-string; so do placer's (json_schema_input_type).
-_AS_TEXT = BeforeValidator(quantity_text, json_schema_input_type=str | float)
+_AS_TEXT = BeforeValidator(
+    quantity_text,
+    json_schema_input_type=Annotated[str, Field(pattern=QUANTITY_PATTERN)] | Annotated[float, Field(ge=0)],
+)
 QuantityText = Annotated[str, _AS_TEXT]
 """A value of a requests/limits map: a string, or a number taken as its string."""
 Quantity = Annotated[str, _AS_TEXT, AfterValidator(_quantity)]

@@ -9,6 +9,7 @@ only when there is an error to report.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import stat
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from placer.model.cluster import ClusterSpec
 from placer.model.errors import InputError
+from placer.model.k8s import field_alias
 from placer.model.spec import ServingTopology
 
 MAX_BYTES = 64 * 1024 * 1024
@@ -215,10 +217,16 @@ def _check_node(root: yaml.Node, source: str) -> None:
                     raise InputError(
                         f"{source}:{key.start_mark.line + 1}: a mapping key must be a plain value, not a {kind}"
                     )
+                _as_yaml12(key)
                 if key.tag == _PLAIN + "bool":
                     raise InputError(
-                        f"{source}:{key.start_mark.line + 1}: key {key.value!r} is read as a boolean (YAML reads "
-                        "yes/no, on/off and true/false so): quote it if it is a name, or remove it"
+                        f"{source}:{key.start_mark.line + 1}: key {key.value!r} is read as a boolean: quote it if "
+                        "it is a name, or remove it"
+                    )
+                if key.tag == _PLAIN + "null":
+                    raise InputError(
+                        f"{source}:{key.start_mark.line + 1}: a mapping key must be a name, not null "
+                        f"({key.value or 'empty'!r}): quote it if it is a name, or remove it"
                     )
                 if key.value in keys:
                     raise InputError(f"{source}:{key.start_mark.line + 1}: key {key.value!r} appears twice")
@@ -226,12 +234,38 @@ def _check_node(root: yaml.Node, source: str) -> None:
                 stack += [key, value]
         elif isinstance(node, yaml.SequenceNode):
             stack += node.value
-        elif node.tag == _PLAIN + "str" and not node.style and _EXPONENT_ONLY.fullmatch(node.value):
-            node.tag = _PLAIN + "float"  # YAML 1.2 reads plain 1e3 and 1.0e3 as numbers; PyYAML (1.1) wants 1.0e+3
-        elif node.tag == _PLAIN + "int" and len(node.value) > MAX_INT_DIGITS:
+        else:
+            _as_yaml12(node)
+        if node.tag == _PLAIN + "int" and len(node.value) > MAX_INT_DIGITS:
             raise InputError(
                 f"{source}:{line}: a number of {len(node.value)} digits is over the {MAX_INT_DIGITS}-digit limit"
             )
+
+
+_YAML11_ONLY_BOOL = re.compile(r"yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF")
+_LEADING_ZEROS = re.compile(r"([-+]?)0+([0-9])")
+
+
+def _YAML11_NUMBER(value: str) -> bool:  # noqa: N802 - reads like the patterns beside it
+    """Numbers only YAML 1.1 has: base 60 (``1:30``), digit groups (``1_000``), binary (``0b101``)."""
+    return ":" in value or "_" in value or value.lstrip("+-").lower().startswith("0b")
+
+
+def _as_yaml12(node: yaml.Node) -> None:
+    """Read a plain scalar as YAML 1.2 (what editors validating with the JSON Schemas read), not PyYAML's 1.1:
+    1e3 is a number; yes/no/on/off, base-60 values (a PCI bus id 0000:18:00.0) and 1_000 are text; 010 is
+    ten, not octal eight."""
+    if not isinstance(node, yaml.ScalarNode) or node.style:
+        return
+    value, tag = node.value, node.tag.removeprefix(_PLAIN)
+    if tag == "timestamp":
+        node.tag = _PLAIN + "str"  # 1.2 has no timestamps: a rack named 2024-01-01 is that name
+    elif tag == "str" and _EXPONENT_ONLY.fullmatch(value):
+        node.tag = _PLAIN + "float"  # PyYAML (1.1) wants 1.0e+3
+    elif (tag == "bool" and _YAML11_ONLY_BOOL.fullmatch(value)) or (tag in ("int", "float") and _YAML11_NUMBER(value)):
+        node.tag = _PLAIN + "str"
+    elif tag == "int" and _LEADING_ZEROS.match(value) and value.lstrip("+-").isdigit():
+        node.value = _LEADING_ZEROS.sub(r"\1\2", value, count=1)  # 010 -> 10
 
 
 def line_of(root: yaml.Node, path: tuple[Any, ...]) -> int | None:
@@ -260,7 +294,7 @@ def format_loc(loc: tuple[Any, ...]) -> str:
     return out
 
 
-_PATH_IN_MESSAGE = re.compile(r"^([A-Za-z][\w]*(?:\[\d+\]|\.[A-Za-z][\w-]*)*):")
+_PATH_IN_MESSAGE = re.compile(r"^([A-Za-z][\w]*(?:\[\d+\]|\.[\w][\w-]*)*):")  # names may start with a digit
 
 
 def _path_from_text(text: str) -> tuple[Any, ...]:
@@ -268,7 +302,7 @@ def _path_from_text(text: str) -> tuple[Any, ...]:
     if not match:
         return ()
     parts: list[Any] = []
-    for token in re.findall(r"[A-Za-z][\w-]*|\[\d+\]", match.group(1)):
+    for token in re.findall(r"[\w][\w-]*|\[\d+\]", match.group(1)):
         parts.append(int(token[1:-1]) if token.startswith("[") else token)
     return tuple(parts)
 
@@ -284,8 +318,36 @@ def _wrong_shape(err: Any) -> bool:
 def _field_loc(raw: tuple[Any, ...]) -> tuple[Any, ...]:
     """The field path of a pydantic error location, without its validator and union-member parts."""
     loc = tuple(p for p in raw if not (isinstance(p, str) and p.startswith(("function-", "list[", "dict["))))
-    # pydantic reports union members as extra loc parts (e.g. 'GpuGroup'): drop class-like names.
-    return tuple(p for p in loc if not (isinstance(p, str) and p[:1].isupper()))
+    # pydantic reports union members as extra loc parts (e.g. 'GpuGroup'): drop the names of models (a user's
+    # key such as a node class 'DGX' or a label 'Zone' stays in the path).
+    return tuple(p for p in loc if not (isinstance(p, str) and p in _model_names()))
+
+
+@functools.cache
+def _model_names() -> frozenset[str]:
+    from placer.model import cluster, record, spec
+
+    return frozenset(
+        name
+        for module in (spec, cluster, record)
+        for name, value in vars(module).items()
+        if isinstance(value, type) and issubclass(value, BaseModel)
+    )
+
+
+def _snake(err: Any, loc: tuple[Any, ...]) -> bool:
+    """An unknown field spelled in snake_case whose camelCase spelling is a field (``hidden_size``)."""
+    if err["type"] != "extra_forbidden" or not loc or not isinstance(loc[-1], str) or "_" not in loc[-1]:
+        return False
+    return field_alias(loc[-1]) in _field_names()
+
+
+@functools.cache
+def _field_names() -> frozenset[str]:
+    from placer.model import cluster, record, spec
+
+    models = [v for m in (spec, cluster, record) for v in vars(m).values() if isinstance(v, type)]
+    return frozenset(f.alias or name for m in models if issubclass(m, BaseModel) for name, f in m.model_fields.items())
 
 
 def validation_message(exc: ValidationError, source: str, root: yaml.Node) -> str:
@@ -297,6 +359,9 @@ def validation_message(exc: ValidationError, source: str, root: yaml.Node) -> st
     # mapping it was given) says nothing about what is wrong: keep the deeper one.
     deeper = {loc[:k] for _, loc in errors for k in range(len(loc))}
     errors = [(err, loc) for err, loc in errors if not (loc in deeper and _wrong_shape(err))]
+    # A snake_case spelling (hidden_size) is unknown; its camelCase field then says "Field required": one message.
+    snake = {loc[:-1] + (field_alias(loc[-1]),) for err, loc in errors if _snake(err, loc)}
+    errors = [(err, loc) for err, loc in errors if not (err["type"] == "missing" and loc in snake)]
     for err, loc in errors[:10]:
         msg = err["msg"].removeprefix("Value error, ")
         path = loc or _path_from_text(msg)
@@ -305,7 +370,9 @@ def validation_message(exc: ValidationError, source: str, root: yaml.Node) -> st
         field = format_loc(loc)
         got = err.get("input")
         hint = ""
-        if err["type"] in ("extra_forbidden",):
+        if _snake(err, loc):
+            msg = f"unknown field: field names are camelCase ({field_alias(loc[-1])})"
+        elif err["type"] in ("extra_forbidden",):
             msg = "unknown field (check spelling; see schemas/ for the allowed fields)"
         elif not isinstance(got, (dict, list)) and got is not None and err["type"] != "value_error":
             hint = f" (got {got!r})"
@@ -347,7 +414,7 @@ def validate_document(doc: tuple[Any, yaml.Node], source: str, model: type[M]) -
             )
         )
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, by_alias=True, by_name=False)  # camelCase only, as the schemas say
     except ValidationError as exc:
         raise InputError(validation_message(exc, source, root)) from None
 

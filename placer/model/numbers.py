@@ -21,12 +21,14 @@ def _numbers_only(expected: str, strings: bool = False) -> BeforeValidator:
     def check(value: Any) -> Any:
         if isinstance(value, bool):
             word = "true" if value else "false"
-            raise ValueError(f"expected {expected}, got {word} (YAML reads true/false, yes/no and on/off as booleans)")
+            raise ValueError(f"expected {expected}, got {word}")
         if isinstance(value, str) and not strings:
-            raise ValueError(
-                f"expected {expected}, got {value!r}"
-                + (" (a string: write it without quotes)" if _numeric(value) else "")
-            )
+            why = ""
+            if _numeric(value) and "_" not in value:
+                why = " (a string: write it without quotes)"
+            elif _numeric(value.replace("_", "")):
+                why = " (YAML 1.2 reads digits grouped with '_' as text: write them without the '_')"
+            raise ValueError(f"expected {expected}, got {value!r}{why}")
         return value
 
     return BeforeValidator(check)
@@ -51,3 +53,16 @@ IntOrNone = Annotated[int | None, _INT]
 FloatOrNone = Annotated[float | None, _NUMBER]
 IntKey = Annotated[int, _numbers_only("an integer", strings=True)]
 """An integer mapping key: refuses ``true`` / ``false``, takes "1" (JSON's keys are always strings)."""
+
+
+def _booleans_only(value: Any) -> Any:
+    """Pydantic's lax mode reads "n", "off" and 0 as false (a node quietly unschedulable); the JSON Schemas
+    take only true and false, and so does the loader (YAML 1.2 reads yes/no and on/off as text)."""
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+Bool = Annotated[bool, BeforeValidator(_booleans_only)]
+"""A boolean field that takes only true and false."""
+BoolOrNone = Annotated[bool | None, BeforeValidator(_booleans_only)]

@@ -25,7 +25,7 @@ from pydantic import (
 from placer.model import API_VERSION, engines, k8s, placeholders
 from placer.model.k8s import CpuQuantity, MemoryQuantity, field_alias
 from placer.model.levels import LEVEL_RANK, Level
-from placer.model.numbers import Float, FloatOrNone, Int, IntOrNone
+from placer.model.numbers import Bool, BoolOrNone, Float, FloatOrNone, Int, IntOrNone
 
 Role = Literal["prefill", "decode", "aggregated"]
 Engine = Literal["vllm", "sglang", "trtllm", "custom"]
@@ -168,7 +168,7 @@ class KeyRef(_Model):
 
     name: ObjectName
     key: str
-    optional: bool | None = None
+    optional: BoolOrNone = None
 
     @field_validator("key")
     @classmethod
@@ -194,7 +194,7 @@ class EnvSource(_Model):
 
 class NameRef(_Model):
     name: ObjectName
-    optional: bool | None = None
+    optional: BoolOrNone = None
 
 
 class EnvFrom(_ManifestPart):
@@ -305,7 +305,7 @@ class ContainerTemplate(_Model):
     model: str | None = Field(
         default=None, description="Model the engine serves (Hugging Face id or path in the pod); presets need it."
     )
-    image: str
+    image: str = Field(json_schema_extra={"pattern": k8s.IMAGE_REF.pattern, "maxLength": 512})
     command: list[str] = Field(default_factory=list)
     args: list[str] = Field(default_factory=list)
     env: list[EnvVar] = Field(default_factory=list)
@@ -414,7 +414,11 @@ class Router(_Model):
         "{decode_urls}, {worker_urls}, {prefill_hosts}, {decode_hosts}, {worker_hosts}, {port}). Default: the "
         "engine every pool runs (sglang or vllm); manifests need it.",
     )
-    image: str | None = Field(default=None, description="Overrides the kind's pinned image; required for custom.")
+    image: str | None = Field(
+        default=None,
+        description="Overrides the kind's pinned image; required for custom.",
+        json_schema_extra={"pattern": k8s.IMAGE_REF.pattern, "maxLength": 512},
+    )
     command: list[str] = Field(default_factory=list, description="custom only: the router's command.")
     args: list[str] = Field(default_factory=list, description="Added after the preset's flags (placeholders expanded).")
     env: list[EnvVar] = Field(default_factory=list)
@@ -422,7 +426,7 @@ class Router(_Model):
     cpu: CpuQuantity = "2"
     memory: MemoryQuantity = "4Gi"
     near: RouterNear | None = None
-    start_first: bool = Field(
+    start_first: Bool = Field(
         default=False, description="Start the router before the engines (Grove: every engine clique startsAfter it)."
     )
 
@@ -435,6 +439,8 @@ class Router(_Model):
     def _custom(self) -> Router:
         if self.kind == "custom" and self.image is None:
             raise ValueError("image: router kind custom needs the router's image")
+        if self.command and self.kind is None:
+            raise ValueError("kind: a router with its own command is kind: custom (with image)")
         if self.command and self.kind != "custom":
             raise ValueError(f"command: router kind {self.kind} writes the command; remove it or use kind: custom")
         for where, values in (("args", self.args), ("command", self.command)):
@@ -545,7 +551,7 @@ class Nccl(_Model):
     """NCCL environment: placer picks values from the placement; ``env`` wins over them, and a pool's
     template env wins over both."""
 
-    auto: bool = Field(default=True, description="Let placer choose NCCL settings from each instance's links.")
+    auto: Bool = Field(default=True, description="Let placer choose NCCL settings from each instance's links.")
     profile: Literal["serving", "training"] = Field(
         default="serving",
         description=(
@@ -572,19 +578,26 @@ def _seconds(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError(f"expected seconds, got {str(value).lower()}")
     if isinstance(value, str):
-        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*", value)
+        found = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(s|m|h)?", value)  # the JSON Schema's pattern, exactly
         if found is None:
             raise ValueError(f"{value!r} is not a duration (seconds, or a number with s, m or h: 300s, 5m)")
         return float(found[1]) * {"s": 1, "m": 60, "h": 3600}[found[2] or "s"]
     return value
 
 
+MAX_DURATION_S = 7 * 86400
 Duration = Annotated[
     float,
     BeforeValidator(_seconds),
-    Field(ge=0, le=7 * 86400),
+    Field(ge=0, le=MAX_DURATION_S),
     WithJsonSchema(
-        {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?(s|m|h)?$"}]}
+        {
+            "anyOf": [
+                {"type": "number", "minimum": 0, "maximum": MAX_DURATION_S},
+                {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?(s|m|h)?$"},
+            ],
+            "description": f"seconds, or a number with s, m or h (300s, 5m, 1h); at most {MAX_DURATION_S} s (a week)",
+        }
     ),
 ]
 
@@ -721,6 +734,12 @@ class ServingTopology(_Model):
             if engines.preset(self, name) is not None:
                 self._check_kv_heads(name)
         kind = self.router_kind
+        if self.router is not None and kind is None:  # every target's manifests start the router: say so now
+            raise ValueError(
+                "router.kind: give sglang, vllm, dynamo, or custom with router.image, so that the manifests start "
+                "a real router (placer infers it only when every pool runs one engine, sglang or vllm, by "
+                "template.engine or by its image's name)"
+            )
         if kind in ("sglang", "vllm"):
             roles = {self.role_of(p) for p in self.pools}
             if "prefill" in roles and "decode" not in roles or "decode" in roles and "prefill" not in roles:

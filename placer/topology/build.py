@@ -40,12 +40,7 @@ def _resolve_gpus(node: NodeSpec, cls: NodeClass, where: str) -> tuple[Gpu, ...]
     indices = [g.index for g in listed]
     if len(set(indices)) != len(indices):
         raise InputError(f"{where}.gpus: a GPU index appears twice ({sorted(indices)})")
-    out = []
-    for g in listed:
-        if g.product is None or g.memory_gib is None:
-            raise InputError(f"{where}.gpus[{g.index}]: product and memoryGiB are required in the list form")
-        out.append(Gpu(g.index, g.product, g.memory_gib, g.socket))
-    return tuple(sorted(out, key=lambda g: g.index))
+    return tuple(sorted((Gpu(g.index, g.product, g.memory_gib, g.socket) for g in listed), key=lambda g: g.index))
 
 
 def _mean_metric(value: float | dict[int, float] | None, gpus: tuple[Gpu, ...], default: float, where: str) -> float:
