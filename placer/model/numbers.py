@@ -7,6 +7,7 @@ other coercions (``8.0`` is still 8; ``8.5`` is still refused by pydantic)."""
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
@@ -22,6 +23,8 @@ def _numbers_only(expected: str, strings: bool = False) -> BeforeValidator:
         if isinstance(value, bool):
             word = "true" if value else "false"
             raise ValueError(f"expected {expected}, got {word}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"expected {expected}, got {value} (JSON, and so the schemas, has no such number)")
         if isinstance(value, str) and not strings:
             why = ""
             if _numeric(value) and "_" not in value:
