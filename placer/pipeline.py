@@ -258,6 +258,7 @@ def build_inputs(
     times["topology"] = time.perf_counter() - t
     t = time.perf_counter()
     try:
+        spec.check_router_kind()
         problem = build_problem(spec, topo)
     except InputError as exc:
         raise locate(spec_path, exc) from None
@@ -380,7 +381,7 @@ def _run_fleet(
         plan = plan_keep(running, [s for s, _ in given], topo)
         base, kept = plan.topology, plan.kept
         notes += [
-            f"{key}: not kept (gone from the spec, or its shape changed): {', '.join(v)}"
+            f"{key}: not kept (gone from the spec, its shape changed, or its node is unschedulable): {', '.join(v)}"
             for key, v in plan.dropped.items()
         ]
         notes += [f"{r.key}: running, not given as a spec: left as it is" for r in plan.untouched]
@@ -402,7 +403,7 @@ def _run_fleet(
     )
     result = solve_fleet(deployments, base, _wall_left(options, started), progress=progress)
     reports = verify_fleet(base, [(p.deployment.spec, p.placement) for p in result.placed])
-    verify_kept(running, [(p.deployment.spec, p.placement) for p in result.placed])
+    verify_kept(running, [(p.deployment.spec, p.placement) for p in result.placed], topo)
     result.cost = sum(r.total_units for r in reports)  # the checker's figure, as for a single spec
     by_key = {p.deployment.key: (p, r) for p, r in zip(result.placed, reports, strict=True)}
     manifests: list[dict] = []
@@ -429,6 +430,7 @@ def _check_buildable(d, topo: Topology) -> None:
     from placer.solver.problem import check_pool_fits, eligible_nodes
 
     try:
+        d.spec.check_router_kind()
         for name, pool in d.spec.pools.items():
             check_pool_fits(topo, name, pool, eligible_nodes(topo, pool))
     except InputError as exc:
@@ -629,7 +631,7 @@ def run_autoscale(
     placement = result.placed[0].placement
     report = verify_fleet(keep.topology, [(after_spec, placement)])[0]
     if pinned:
-        verify_kept(running, [(after_spec, placement)])
+        verify_kept(running, [(after_spec, placement)], topo)
     after = named(spec_path, build_manifests, after_spec, keep.topology, placement, report, **emit)
     moves = _moves(mine.instances, placement)
     return AutoscaleResult(after_spec, decision, observed, *_diff(before, after), moves, placement, emit["target"])

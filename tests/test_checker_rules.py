@@ -129,7 +129,7 @@ def test_a_kept_instance_that_moved_is_refused(tmp_path):
     res = run_fleet([_write(tmp_path / "two.yaml", doc)], SMALL, SolveOptions(), keep_paths=[record])
     placed = res.fleet.placed[0]
     running = load_running([record])
-    verify_kept(running, [(placed.deployment.spec, placed.placement)])  # as placed: kept where it runs
+    verify_kept(running, [(placed.deployment.spec, placed.placement)], res.topology)  # kept where it runs
     r0, r1 = placed.placement.replicas
     swapped = replace(
         placed.placement,
@@ -139,4 +139,31 @@ def test_a_kept_instance_that_moved_is_refused(tmp_path):
         ),
     )
     with pytest.raises(VerificationError, match="replica 0 aggregated-0 runs on"):
-        verify_kept(running, [(placed.deployment.spec, swapped)])
+        verify_kept(running, [(placed.deployment.spec, swapped)], res.topology)
+
+
+def test_a_kept_instance_whose_gpus_are_listed_in_another_order_has_not_moved(tmp_path):
+    """The record lists a pod's GPUs as it likes; the solve writes them sorted: the same pod."""
+    record = tmp_path / "running.yaml"
+    assert run("solve", FIX / "specs" / "aggregated-tp8.yaml", SMALL, "--placement", record, "-q").returncode == 0
+    doc = yaml.safe_load(record.read_text())
+    doc["replicas"][0]["instances"][0]["pods"][0]["gpus"].reverse()
+    record.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = run("solve", FIX / "specs" / "aggregated-tp8.yaml", SMALL, "--keep", record)
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_kept_router_on_a_node_cordoned_since_moves(tmp_path):
+    """A router holds no GPU: on a node cordoned since it was placed, it is placed again (said), not pinned
+    there (which the checker refuses) and not a reason to leave the deployment out."""
+    record = tmp_path / "running.yaml"
+    assert run("solve", FIX / "specs" / "aggregated-tp8.yaml", SMALL, "--placement", record, "-q").returncode == 0
+    routers = [r["router"] for r in yaml.safe_load(record.read_text())["replicas"]]
+    doc = yaml.safe_load(SMALL.read_text())
+    next(n for n in doc["nodes"] if n["name"] == routers[1])["schedulable"] = False
+    out = run("solve", FIX / "specs" / "aggregated-tp8.yaml", _write(tmp_path / "c.yaml", doc), "--keep", record,
+              "--placement", tmp_path / "after.yaml")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert f"router of replica 1 ({routers[1]} is unschedulable)" in out.stderr
+    after = [r["router"] for r in yaml.safe_load((tmp_path / "after.yaml").read_text())["replicas"]]
+    assert after[0] == routers[0] and after[1] != routers[1]

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from cli_in_process import run
+from hypothesis import given
+from hypothesis import strategies as st
 
 import placer
 import placer.model.load
@@ -77,8 +79,8 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     ),
     "cluster-cpu-1e30.yaml": ("cluster", 9, "nodeClasses.dgx-h100.cpu: '1e30' is over the limit of 1000000 cores"),
     "cluster-memory-1e30.yaml": ("cluster", 9, "nodeClasses.dgx-h100.memory: '1e30' is over the limit of 1Pi bytes"),
-    "cluster-queue-depth-nan.yaml": ("cluster", 16, "nodes[1].metrics.queueDepth: expected finite numbers"),
-    "cluster-queue-depth-inf.yaml": ("cluster", 17, "nodes[1].metrics.queueDepth: expected finite numbers"),
+    "cluster-queue-depth-nan.yaml": ("cluster", 16, "nodes[1].metrics.queueDepth: expected a number, got nan"),
+    "cluster-queue-depth-inf.yaml": ("cluster", 17, "nodes[1].metrics.queueDepth[1]: expected a number, got inf"),
     "cluster-queue-depth-1e308.yaml": ("cluster", 16, "nodes[1].metrics.queueDepth: expected finite numbers"),
     # booleans where numbers belong (pydantic's lax mode read true as 1)
     "spec-tp-true.yaml": ("spec", 10, "pools.aggregated.tensorParallel: expected an integer, got true"),
@@ -508,9 +510,9 @@ def test_plain_scalars_are_read_as_yaml_1_2_reads_them(tmp_path):
     node = load_cluster(tmp_path / "c.yaml").nodes[0]
     assert node.rack == "2024-01-01" and node.labels == {"example.com/flag": "on"}
     assert node.gpu_ids is not None and node.gpu_ids[0].pci_bus_id == "0000:18:00.0"
-    spec = GOOD_SPEC.read_text().replace("replicas: 2", "replicas: 010")
-    (tmp_path / "s.yaml").write_text(spec)
-    assert load_spec(tmp_path / "s.yaml").replicas == 10
+    for written, value in (("010", 10), ("08", 8), ("0o10", 8), ("+3", 3)):
+        (tmp_path / "s.yaml").write_text(GOOD_SPEC.read_text().replace("replicas: 2", f"replicas: {written}"))
+        assert load_spec(tmp_path / "s.yaml").replicas == value, written
 
 
 @pytest.mark.parametrize(("kind", "said"), [("Placment", "got 'Placment'"), (None, "got None")])
@@ -529,3 +531,14 @@ def test_a_record_with_a_wrong_kind_is_named_with_its_line(tmp_path, kind, said)
     assert proc.returncode == 2, proc.stderr
     line = 2 if kind else 1
     assert f"{record}:{line}: kind: a placer.dev/ document here is a record of kind 'Placement', {said}" in proc.stderr
+
+
+@given(st.integers(-(10**12), 10**12), st.integers(0, 3), st.sampled_from(["", "+"]))
+def test_a_plain_integer_reads_as_its_decimal_value(n, zeros, plus):
+    """YAML 1.2: digits are base ten, leading zeros and all (a slip once read 8000 as 80)."""
+    from placer.model.load import parse_documents
+
+    sign = "-" if n < 0 else plus
+    text = f"{sign}{'0' * zeros}{abs(n)}"
+    ((data, _node),) = parse_documents(f"x: {text}\n", "t.yaml")
+    assert data == {"x": n}

@@ -150,7 +150,7 @@ def test_a_multi_node_instance_whose_layout_changed_is_replaced_not_kept(tmp_pat
     assert run("solve", two_by_eight, cluster, "-q", "--placement", record).returncode == 0
     r = run("solve", four_by_four, cluster, "--keep", record)
     assert r.returncode == 0, r.stderr
-    assert "not kept (gone from the spec, or its shape changed): replica 0 a-0" in r.stderr
+    assert "not kept (gone from the spec, its shape changed, or its node is unschedulable): replica 0 a-0" in r.stderr
 
 
 def test_a_kept_spanning_instance_on_a_cordoned_node_is_reported(tmp_path):

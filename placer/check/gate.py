@@ -45,11 +45,12 @@ def verify_fleet(topo: Topology, placed: list[tuple[ServingTopology, Placement]]
     return [verify_placement(spec, t, pl) for (spec, pl), t in zip(placed, _others_taken(topo, placed), strict=True)]
 
 
-def verify_kept(running: list[Running], placed: list[tuple[ServingTopology, Placement]]) -> None:
+def verify_kept(running: list[Running], placed: list[tuple[ServingTopology, Placement]], topo: Topology) -> None:
     """Under --keep, re-checked from what runs rather than from the solver's keep plan: every running
     instance its spec still has (same replica, pool and index, the same GPUs, a multi-node one in its
     layout) is on exactly the GPUs it runs on, and every running router of a replica the spec still routes
-    is on its node. Raises VerificationError (a bug in placer) on anything."""
+    is on its node, unless that node is unschedulable now (a router then moves). GPUs are compared as sets per
+    pod, in pod order. Raises VerificationError (a bug in placer) on anything."""
     by_key = {f"{pl.namespace}/{pl.deployment}": (spec, pl) for spec, pl in placed}
     problems = []
     for run in running:
@@ -64,20 +65,25 @@ def verify_kept(running: list[Running], placed: list[tuple[ServingTopology, Plac
                 continue  # the spec no longer has it: dropped, not kept
             if p.node_count is not None and sizes != [p.gpus_per_node] * p.node_count:
                 continue
-            if where.get((k, pool, i)) != inst.pods:
+            if _as_sets(where.get((k, pool, i), ())) != _as_sets(inst.pods):
                 problems.append(
                     f"{run.key} replica {k} {pool}-{i} runs on {_pods(inst.pods)}, placed on "
                     f"{_pods(where.get((k, pool, i), ()))}"
                 )
         routers = {rep.index: rep.router for rep in pl.replicas}
         for k, node in sorted(run.routers.items()):
-            if spec.router is not None and k < spec.replicas and routers.get(k) != node:
+            moves = not topo.node_by_name(node).schedulable
+            if spec.router is not None and k < spec.replicas and routers.get(k) != node and not moves:
                 problems.append(f"{run.key} replica {k}'s router runs on {node}, placed on {routers.get(k)}")
     if problems:
         raise VerificationError(
             "the independent checker rejected the placement (a bug in placer; nothing was printed): a running "
             "instance kept by --keep moved:\n  " + "\n  ".join(problems[:20])
         )
+
+
+def _as_sets(pods) -> list[tuple[str, frozenset[int]]]:
+    return [(p.node, frozenset(p.gpus)) for p in pods]
 
 
 def _pods(pods) -> str:

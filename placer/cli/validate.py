@@ -42,6 +42,7 @@ def validate_command(
     checked = [(first, first_source, problem)]
     for spec, source in rest:  # the cluster's topology is built once, as a batch solve builds it
         try:
+            spec.check_router_kind()
             checked.append((spec, source, build_problem(spec, topo)))
         except InputError as exc:
             raise locate(source, exc) from None

@@ -26,7 +26,7 @@ from placer.check.verify import Report
 from placer.emit.targets import DEFAULT_TARGET, TARGETS, builder
 from placer.emit.targets.common import GPU_RESOURCE, GROUP_LABEL, Context, pod_name
 from placer.model.errors import InputError
-from placer.model.load import add_yaml12_floats
+from placer.model.load import add_yaml12_numbers
 from placer.model.placement import Placement
 from placer.model.record import spec_record
 from placer.model.spec import ServingTopology
@@ -170,7 +170,7 @@ class _Resolver(yaml.resolver.Resolver):
 
 
 for _cls in (_PlainDumper, _FastDumper, _Resolver):  # a string such as "1e3" is quoted, as the loader needs
-    add_yaml12_floats(_cls)
+    add_yaml12_numbers(_cls)
 
 
 @functools.lru_cache(maxsize=1 << 16)

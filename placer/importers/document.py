@@ -22,7 +22,7 @@ from placer.importers.k8s_nodes import ALWAYS, AUTO_ORDER, PRESETS
 from placer.importers.ledger import DEFAULT, Draft, Ledger
 from placer.importers.nccl_tests import NcclTestRun
 from placer.model import API_VERSION
-from placer.model.load import add_yaml12_floats
+from placer.model.load import add_yaml12_numbers
 from placer.topology.cost import NETWORK_LEVELS
 from placer.topology.graph import Topology
 
@@ -269,7 +269,7 @@ class _Dumper(_Base):  # type: ignore[misc,valid-type]
         return True  # placer's loader refuses anchors and aliases
 
 
-add_yaml12_floats(_Dumper)  # a string such as "1e3" is quoted: placer's loader reads it as a number
+add_yaml12_numbers(_Dumper)  # a string such as "1e3" is quoted: placer's loader reads it as a number
 
 
 _Dumper.add_representer(_Flow, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v, flow_style=True))

@@ -182,11 +182,15 @@ def _tag_name(tag: str) -> str:
 _EXPONENT_ONLY = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+")
 
 
-def add_yaml12_floats(resolver: type) -> type:
-    """Make a PyYAML dumper (or resolver) class see plain ``1e3`` and ``1.0e3`` as numbers, as YAML 1.2 and
-    placer's loader do: a dumper then quotes such a string, and placer reads back the string it wrote."""
+def add_yaml12_numbers(resolver: type) -> type:
+    """Make a PyYAML dumper (or resolver) class see what placer's loader reads as numbers (YAML 1.2) and
+    PyYAML (1.1) does not: plain ``1e3``, ``1.0e3``, ``08`` and ``0o10``. A dumper then quotes such a
+    string, and placer reads back the string it wrote."""
     whole = re.compile(_EXPONENT_ONLY.pattern + r"\Z")  # PyYAML's resolvers match a prefix: "5e7a9c" is text
     resolver.add_implicit_resolver("tag:yaml.org,2002:float", whole, list("-+0123456789."))
+    resolver.add_implicit_resolver(
+        "tag:yaml.org,2002:int", re.compile(r"(?:[-+]?[0-9]+|0o[0-7]+)\Z"), list("-+0123456789")
+    )
     return resolver
 
 
@@ -243,7 +247,9 @@ def _check_node(root: yaml.Node, source: str) -> None:
 
 
 _YAML11_ONLY_BOOL = re.compile(r"yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF")
-_LEADING_ZEROS = re.compile(r"([-+]?)0+([0-9])")
+_LEADING_ZEROS = re.compile(r"^([-+]?)0+([0-9])")
+_DECIMAL = re.compile(r"[-+]?[0-9]+")
+_OCTAL = re.compile(r"0o[0-7]+")
 
 
 def _YAML11_NUMBER(value: str) -> bool:  # noqa: N802 - reads like the patterns beside it
@@ -254,7 +260,7 @@ def _YAML11_NUMBER(value: str) -> bool:  # noqa: N802 - reads like the patterns 
 def _as_yaml12(node: yaml.Node) -> None:
     """Read a plain scalar as YAML 1.2 (what editors validating with the JSON Schemas read), not PyYAML's 1.1:
     1e3 is a number; yes/no/on/off, base-60 values (a PCI bus id 0000:18:00.0) and 1_000 are text; 010 is
-    ten, not octal eight."""
+    ten, not octal eight; 08 is eight, not text; 0o10 is eight."""
     if not isinstance(node, yaml.ScalarNode) or node.style:
         return
     value, tag = node.value, node.tag.removeprefix(_PLAIN)
@@ -264,8 +270,10 @@ def _as_yaml12(node: yaml.Node) -> None:
         node.tag = _PLAIN + "float"  # PyYAML (1.1) wants 1.0e+3
     elif (tag == "bool" and _YAML11_ONLY_BOOL.fullmatch(value)) or (tag in ("int", "float") and _YAML11_NUMBER(value)):
         node.tag = _PLAIN + "str"
-    elif tag == "int" and _LEADING_ZEROS.match(value) and value.lstrip("+-").isdigit():
-        node.value = _LEADING_ZEROS.sub(r"\1\2", value, count=1)  # 010 -> 10
+    elif tag in ("int", "str") and _DECIMAL.fullmatch(value):  # 010 and 08 (1.1: octal, and text)
+        node.tag, node.value = _PLAIN + "int", _LEADING_ZEROS.sub(r"\1\2", value, count=1)
+    elif tag == "str" and _OCTAL.fullmatch(value):  # 1.2's octal, unknown to 1.1
+        node.tag, node.value = _PLAIN + "int", str(int(value[2:], 8))
 
 
 def line_of(root: yaml.Node, path: tuple[Any, ...]) -> int | None:
@@ -359,6 +367,9 @@ def validation_message(exc: ValidationError, source: str, root: yaml.Node) -> st
     # mapping it was given) says nothing about what is wrong: keep the deeper one.
     deeper = {loc[:k] for _, loc in errors for k in range(len(loc))}
     errors = [(err, loc) for err, loc in errors if not (loc in deeper and _wrong_shape(err))]
+    # A scalar that a scalar member refused with a reason (inf for a number) was no mapping either: say the reason.
+    reasoned = {loc for err, loc in errors if not _wrong_shape(err)}
+    errors = [(err, loc) for err, loc in errors if not (loc in reasoned and _wrong_shape(err))]
     # A snake_case spelling (hidden_size) is unknown; its camelCase field then says "Field required": one message.
     snake = {loc[:-1] + (field_alias(loc[-1]),) for err, loc in errors if _snake(err, loc)}
     errors = [(err, loc) for err, loc in errors if not (err["type"] == "missing" and loc in snake)]

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from placer.model import API_VERSION, engines, k8s, placeholders
+from placer.model.errors import InputError
 from placer.model.k8s import CpuQuantity, MemoryQuantity, field_alias
 from placer.model.levels import LEVEL_RANK, Level
 from placer.model.numbers import Bool, BoolOrNone, Float, FloatOrNone, Int, IntOrNone
@@ -403,6 +404,13 @@ class RouterNear(_Model):
     level: Level = "rack"
 
 
+ROUTER_KIND_NEEDED = (
+    "router.kind: give sglang, vllm, dynamo, or custom with router.image, so that the manifests start a real "
+    "router (placer infers it only when every pool runs one engine, sglang or vllm, by template.engine or by "
+    "its image's name)"
+)
+
+
 class Router(_Model):
     """The request router (one per replica): a real router image started with its command, told the
     replica's prefill and decode endpoints, placed near a pool, with probes and a Service in front."""
@@ -727,6 +735,13 @@ class ServingTopology(_Model):
     def router_kind(self) -> RouterKind | None:
         return None if self.router is None else self.router.kind
 
+    def check_router_kind(self) -> None:
+        """Every target's manifests start the router, so a router whose kind was neither given nor inferred
+        is bad input, said before any solve by the commands that read files (a library caller that only
+        places may leave it out: placement does not need it)."""
+        if self.router is not None and self.router.kind is None:
+            raise InputError(ROUTER_KIND_NEEDED)
+
     @model_validator(mode="after")
     def _presets(self) -> ServingTopology:
         for name in self.pools:
@@ -734,12 +749,6 @@ class ServingTopology(_Model):
             if engines.preset(self, name) is not None:
                 self._check_kv_heads(name)
         kind = self.router_kind
-        if self.router is not None and kind is None:  # every target's manifests start the router: say so now
-            raise ValueError(
-                "router.kind: give sglang, vllm, dynamo, or custom with router.image, so that the manifests start "
-                "a real router (placer infers it only when every pool runs one engine, sglang or vllm, by "
-                "template.engine or by its image's name)"
-            )
         if kind in ("sglang", "vllm"):
             roles = {self.role_of(p) for p in self.pools}
             if "prefill" in roles and "decode" not in roles or "decode" in roles and "prefill" not in roles:

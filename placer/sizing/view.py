@@ -7,7 +7,7 @@ import yaml
 from rich.table import Table
 from rich.text import Text
 
-from placer.model.load import add_yaml12_floats
+from placer.model.load import add_yaml12_numbers
 from placer.model.spec import ServingTopology
 from placer.sizing.plan import SizeResult
 
@@ -16,7 +16,7 @@ class _Dumper(yaml.SafeDumper):
     """yaml.safe_dump's, quoting strings such as "1e3" that placer's loader reads as numbers."""
 
 
-add_yaml12_floats(_Dumper)
+add_yaml12_numbers(_Dumper)
 
 
 def spec_text(spec: ServingTopology, as_json: bool = False) -> str:

@@ -88,6 +88,10 @@ def plan_keep(running: list[Running], specs: list[ServingTopology], topo: Topolo
             else:
                 drop.append(f"replica {k} {pool}-{i}")
         routers = {k: n for k, n in run.routers.items() if k < spec.replicas and spec.router is not None}
+        for k, n in sorted(routers.items()):  # a node cordoned since: the router moves (it holds no GPU)
+            if not topo.node_by_name(n).schedulable:
+                del routers[k]
+                drop.append(f"router of replica {k} ({n} is unschedulable)")
         kept[run.key] = Kept(keep, routers)
         if drop:
             dropped[run.key] = drop

@@ -17,7 +17,7 @@ import yaml
 
 from placer.model import API_VERSION, k8s
 from placer.model.cluster import MAX_NODES, GpuGroup
-from placer.model.load import add_yaml12_floats
+from placer.model.load import add_yaml12_numbers
 
 STYLES: tuple[str, ...] = ("dgx-h100", "gb200-nvl72", "mixed")
 JOB_SIZES: tuple[int, ...] = (1, 2, 4, 8)
@@ -242,7 +242,7 @@ class _Dumper(_BaseDumper):  # type: ignore[valid-type,misc]
         return True  # placer's loader refuses anchors and aliases
 
 
-add_yaml12_floats(_Dumper)  # a string such as "1e3" is quoted: placer's loader reads it as a number
+add_yaml12_numbers(_Dumper)  # a string such as "1e3" is quoted: placer's loader reads it as a number
 
 
 _Dumper.add_representer(_FlowMap, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v, flow_style=True))

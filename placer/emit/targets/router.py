@@ -21,6 +21,7 @@ from placer.emit.targets.common import ROUTER_ROLE, Context, affinity, hostname,
 from placer.model import engines, placeholders
 from placer.model.errors import InputError
 from placer.model.placement import ReplicaPlacement
+from placer.model.spec import ROUTER_KIND_NEEDED
 
 # Pinned router images (docs/TARGETS.md says where each tag comes from and when it was pinned).
 ROUTER_IMAGES = {
@@ -105,12 +106,8 @@ def router_container(ctx: Context, replica: int, frontend: bool = False) -> dict
     where only Dynamo's own frontend (or a custom one) finds the workers."""
     router = ctx.spec.router
     assert router is not None
-    if router.kind is None:  # placement needs no kind; the manifests do
-        raise InputError(
-            "router.kind: give sglang, vllm, dynamo, or custom with router.image, so that the manifests start "
-            "a real router (placer infers it only when every pool runs one engine, sglang or vllm, by "
-            "template.engine or by its image's name)"
-        )
+    if router.kind is None:  # placement needs no kind; the manifests do (the CLI says so before solving)
+        raise InputError(ROUTER_KIND_NEEDED)
     kind = router.kind
     if frontend and kind != "custom":
         kind = "dynamo"  # Dynamo's workers are found by Dynamo's frontend only, whatever router.kind says
