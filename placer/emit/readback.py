@@ -79,7 +79,7 @@ def _documents(path: Path) -> list[tuple[Any, yaml.Node]]:
 def _check_record_kinds(path: Path, parsed: list[tuple[Any, yaml.Node]]) -> None:
     """A placer.dev/ document here is a Placement record: a mistyped or missing kind was read as manifests
     and refused as "not manifests placer emitted", with no line; another placer kind is the wrong file."""
-    from placer.model.load import line_of
+    from placer.model.messages import line_of
 
     for data, root in parsed:
         if not isinstance(data, dict) or not str(data.get("apiVersion", "")).startswith("placer.dev/"):
