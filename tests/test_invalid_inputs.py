@@ -542,3 +542,16 @@ def test_a_plain_integer_reads_as_its_decimal_value(n, zeros, plus):
     text = f"{sign}{'0' * zeros}{abs(n)}"
     ((data, _node),) = parse_documents(f"x: {text}\n", "t.yaml")
     assert data == {"x": n}
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [("0x1A", 26), ("0b101", "0b101"), ("1:30", "1:30"), ("1_000", "1_000"), ("1_000.5", "1_000.5"), ("010", 10)]
+    + [("08", 8), ("0o10", 8), ("-0", 0), ("yes", "yes"), ("Off", "Off"), ("true", True), ("2024-01-01", "2024-01-01")]
+    + [("1e3", 1000.0), ("'08'", "08"), ('"1e3"', "1e3"), ("~", None), ("r1", "r1"), (".5", 0.5)],
+)
+def test_plain_scalars_as_yaml_1_2(written, read):
+    from placer.model.load import parse_documents
+
+    ((data, _node),) = parse_documents(f"x: {written}\n", "t.yaml")
+    assert data == {"x": read} and type(data["x"]) is type(read)
