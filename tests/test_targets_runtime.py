@@ -56,7 +56,7 @@ def test_one_gpu_needs_no_nccl():
 def test_one_h100_node_uses_nvlink_and_nvlink_sharp():
     node = _free_node(DGX, 8)
     got = _values(_spec(), DGX, _inst((node, list(range(8)))))
-    assert got == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "NCCL_P2P_LEVEL": "NVL", "NCCL_NVLS_ENABLE": "1"}
+    assert got == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "NCCL_P2P_LEVEL": "NVL", "NCCL_NVLS_ENABLE": "2"}  # 1: no check
 
 
 def test_a100_pcie_across_sockets_sets_no_p2p_level_but_one_socket_does():
@@ -147,7 +147,7 @@ def test_gb200_trays_of_one_rack_use_multi_node_nvlink_only_with_an_imex_channel
     trays = [n for n in GB200.nodes if n.path["nvlink-domain"] == "nvl-r001"][:2]
     inst = _inst(*((n.name, [0, 1, 2, 3]) for n in trays))
     got = {s.name: s.value for s in instance_settings(_spec(), GB200, inst, imex=True)}
-    assert got["NCCL_MNNVL_ENABLE"] == "1" and got["NCCL_NVLS_ENABLE"] == "1" and "NCCL_IB_HCA" not in got
+    assert got["NCCL_MNNVL_ENABLE"] == "1" and got["NCCL_NVLS_ENABLE"] == "2" and "NCCL_IB_HCA" not in got
     # Without the channel (every target but dra's ComputeDomain) an explicit MNNVL request makes NCCL fail
     # (src/init.cc): the trays are set up as nodes on the network instead.
     plain = _values(_spec(), GB200, inst)

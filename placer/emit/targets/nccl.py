@@ -41,9 +41,12 @@ def _nvls_capable(node: Node) -> bool:
 
 def _nvls(node: Node, gpus: int) -> Setting:
     product = node.gpus[0].product if node.gpus else "unknown GPU"
-    if _nvls_capable(node):
+    if _nvls_capable(node):  # 1 would skip NCCL's multicast check, and a failed bind then aborts the job
         return Setting(
-            "NCCL_NVLS_ENABLE", "1", f"NCCL 2.30 docs: {product} NVSwitch (gen 3+), NVLink SHARP reduces in the switch"
+            "NCCL_NVLS_ENABLE",
+            "2",
+            f"NCCL 2.30 docs, src/transport/nvls.cc: {product} NVSwitch (gen 3+) can reduce in the switch "
+            "(NVLink SHARP); 2 uses it where the driver reports multicast support",
         )
     return Setting("NCCL_NVLS_ENABLE", "0", f"NCCL 2.30 docs: {product}, no NVLink SHARP before NVSwitch gen 3")
 
