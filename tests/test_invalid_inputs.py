@@ -159,6 +159,7 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "cluster-schedulable-n.yaml": ("cluster", 40, "nodes[0].schedulable: expected true or false, got 'n'"),
     "cluster-class-capitalised.yaml": ("cluster", 25, "nodeClasses.DGX.sockets: Input should be greater"),
     "cluster-gpu-list-no-memory.yaml": ("cluster", 42, "nodes[0].gpus[1].memoryGiB: Field required"),
+    "spec-pool-named-router.yaml": ("spec", 35, "pools.router: the router's objects are named 'router'"),
     "cluster-memory-inf.yaml": ("cluster", 22, "nodeClasses.dgx-h100.gpus.memoryGiB: expected a number, got inf"),
     "cluster-duplicate-hostname-label.yaml": (
         "cluster",

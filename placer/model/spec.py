@@ -748,6 +748,10 @@ class ServingTopology(_Model):
             engines.check_pool(self, name)
             if engines.preset(self, name) is not None:
                 self._check_kv_heads(name)
+        if self.router is not None and "router" in self.pools:  # its Service and Grove clique are <gang>-router
+            raise ValueError(
+                "pools.router: the router's objects are named 'router' (its Service, Grove's clique): rename the pool"
+            )
         kind = self.router_kind
         if kind in ("sglang", "vllm"):
             roles = {self.role_of(p) for p in self.pools}
