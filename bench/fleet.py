@@ -104,8 +104,8 @@ def _spec(kind: str, i: int, rng: random.Random, priority: int) -> dict:
         prefill = rng.choices((1, 2), weights=(4, 1))[0]
         decode = rng.choice((2, 3, 4, 4, 6))
         replicas = rng.choice((1, 1, 2, 2, 3))
-        floor = rng.choice((400, 200, 200))  # 400: under one leaf on DGX H100; 200: anywhere under the spine
-        near = "rack" if floor == 400 else "leaf"
+        floor = rng.choice((200, 100, 100))  # TP4 decode, 4 rails x 50: 200 under one leaf; 100 under the spine
+        near = "rack" if floor == 200 else "leaf"
         level = {"required": "nvlink-domain", "preferred": "node"}
         doc["model"] = MODELS[model][0]
         doc["pools"] = {
@@ -356,8 +356,8 @@ def report(rows: list[Row], args: argparse.Namespace, gpus: int, count: int, com
         "(30-60 % busy with 1-8 GPU background jobs, drawn per seed) and "
         f"{count} ServingTopology specs drawn with `random.Random(seed)` from the fixture shapes: "
         + ", ".join(f"{round(s * 100)} % {k}" for k, s in MIX)
-        + ". disagg = Llama-70B prefill TP8 x 1-2 + decode TP4 x 2-6 per replica, KV floor 400 GB/s (one leaf) "
-        "or 200 GB/s (under the spine), router near decode; agg-tpN = one aggregated pool of TPN instances "
+        + ". disagg = Llama-70B prefill TP8 x 1-2 + decode TP4 x 2-6 per replica, KV floor 200 GB/s (one leaf) "
+        "or 100 GB/s (under the spine), router near decode; agg-tpN = one aggregated pool of TPN instances "
         "(TP2 x 4-10 Llama-8B, TP4 x 2-5 Qwen-32B, TP8 x 1-2 Llama-70B) per replica; tp16 = Llama-405B FP8 over "
         "two 8-GPU nodes in one leaf. 1-6 replicas, some spread over racks, some with minReplicas = replicas - 1. "
         "Priorities: "

@@ -296,7 +296,8 @@ def test_count_spread_breaks_a_transfer_floor_that_placer_meets():
     # Three DGX nodes, each alone in its leaf, 2:1 spine. a has 4 of 8 GPUs busy.
     # Least-allocated, integer score (8 - used_after) * 100 // 8: prefill TP4 scores a 0, b 50, c 50 ->
     # b (name); decode TP4 then scores b 0, c 50 -> c. b and c meet only at the spine: 50 GB/s per rail
-    # / 2 oversubscription x 8 rails = 200 GB/s, under the 400 GB/s floor. placer puts both on one node.
+    # / 2 oversubscription x 4 rails (one per GPU of a TP4) = 100 GB/s, under the 400 GB/s floor. placer puts
+    # both on one node.
     topo = _cluster(
         [
             _node("a", 8, [0, 1, 2, 3], leaf="l1"),
@@ -313,7 +314,7 @@ def test_count_spread_breaks_a_transfer_floor_that_placer_meets():
     assert r.outcome == "placed"
     pods = {i.pool: tuple((p.node, p.gpus) for p in i.pods) for i in r.placement.replicas[0].instances}
     assert pods == {"prefill": (("b", (0, 1, 2, 3)),), "decode": (("c", (0, 1, 2, 3)),)}
-    assert r.report.violations == ["replica 0 prefill-0 -> decode-0: KV path offers 200 GB/s, floor is 400 GB/s"]
+    assert r.report.violations == ["replica 0 prefill-0 -> decode-0: KV path offers 100 GB/s, floor is 400 GB/s"]
     solved = _solve(spec, topo)
     assert isinstance(solved, tuple)
     placement, report = solved

@@ -167,3 +167,17 @@ def test_a_kept_router_on_a_node_cordoned_since_moves(tmp_path):
     assert f"router of replica 1 ({routers[1]} is unschedulable)" in out.stderr
     after = [r["router"] for r in yaml.safe_load((tmp_path / "after.yaml").read_text())["replicas"]]
     assert after[0] == routers[0] and after[1] != routers[1]
+
+
+def test_a_cost_the_checker_reprices_claims_no_bound(tmp_path):
+    """TP4 x PP2 on a two-socket PCIe node: the solver prices each stage's ring across the sockets, the
+    checker each stage on its own socket (cheaper). The record said "bound 3947035" beside an objective of
+    2326171, a lower bound above the cost; now it claims neither optimality nor a bound there."""
+    pool = {"instances": 1, "tensorParallel": 4, "pipelineParallel": 2, "gpu": {"product": "NVIDIA-A100-PCIE-40GB"},
+            "placement": {"required": "node"}, "template": {"image": "example.com/engine:1"}}  # fmt: skip
+    spec = _write(tmp_path / "pp.yaml", _spec("pp-pcie", {"aggregated": pool}))
+    res = run_solve(spec, SMALL, SolveOptions())
+    st = res.placement.stats
+    assert st.objective == check(res.spec, res.topology, res.placement).total_units
+    assert st.status == "feasible" and st.bound is None and st.gap is None
+    assert any("optimality and the bound not claimed" in n for n in st.notes)

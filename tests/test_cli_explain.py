@@ -119,7 +119,7 @@ def test_why_not_exit_codes_and_json(tmp_path):
     assert doc["kind"] == "WhyNot" and doc["fits"] is False
     (conflict,) = doc["conflicts"]
     assert conflict["rule"] == "transfer"
-    assert conflict["relax"].startswith("lower transfer.minBandwidthGBps to 400")
+    assert conflict["relax"].startswith("lower transfer.minBandwidthGBps to 200")
     fits = run("explain", "--why-not", DISAGG, dgx, "-o", "text", "--no-baselines")
     assert fits.returncode == 0 and "KV-cache transfer" in fits.stdout
 

@@ -63,23 +63,38 @@ def test_pipeline_handoff_over_the_instance_bottleneck():
 def test_kv_lanes_inside_a_box_and_on_the_network():
     # Inside a node: every GPU pair moves its shard, lanes = min(8, 4) = 4.
     assert cost.kv_lanes(NVLINK, 8, 4, rails_per_node=8) == 4
-    # On the network a node stripes over its NIC rails.
-    assert cost.kv_lanes(LEAF, 8, 4, rails_per_node=8) == 8
-    assert cost.kv_bandwidth_gbps(LEAF, 8, 4, rails_per_node=8) == 400.0
+    # On the network each GPU drives its own rail: a TP4 decode takes in through its 4 NICs, not 8
+    # (it was credited 8 x 50 = 400 GB/s, which its 4 NICs and PCIe links cannot carry).
+    assert cost.kv_lanes(LEAF, 8, 4, rails_per_node=8) == 4
+    assert cost.kv_bandwidth_gbps(LEAF, 8, 4, rails_per_node=8) == 200.0
+    assert cost.kv_lanes(LEAF, 8, 8, rails_per_node=8) == 8
+    assert cost.kv_lanes(LEAF, 1, 1, rails_per_node=8) == 1  # one GPU, one NIC
+    assert cost.kv_lanes(LEAF, 16, 16, rails_per_node=8) == 8  # at most one node's rails (pessimistic)
+    assert cost.kv_lanes(LEAF, 8, 4, rails_per_node=4) == 4  # GB200: 4 rails a tray
+
+
+def test_one_pcie_gpu_does_not_reach_the_nic_rails_aggregate():
+    """On a PCIe node a TP1 -> TP1 transfer may leave through the NICs, but through one of them: 32 GB/s
+    (the in-node path) beats 1 x 50 capped by the GPU's own PCIe link, and a 200 GB/s floor is not met."""
+    pcie = cost.PathFigures(32.0, 2.0, "node")
+    out = cost.PathFigures(32.0, 2.0, "rack")  # up through the GPU's PCIe link, then a rail
+    assert cost.kv_bandwidth_gbps(cost.best_kv_route([pcie, out], 1, 1, 8), 1, 1, 8) == 32.0
 
 
 def test_kv_transfer_llama_70b_under_one_leaf():
-    # 640 MiB over 8 rails x 50 GB/s = 671,088,640 / 400e3 = 1677.72 us, + 2 us latency = 1679.72 us.
+    # 640 MiB over the TP4 decode's 4 rails x 50 GB/s = 671,088,640 / 200e3 = 3355.44 us, + 2 us = 3357.44 us.
     kv = cost.kv_cache_bytes(80, 8, 128, 2, 2048)
-    assert cost.kv_transfer_us(kv, LEAF, 8, 4, 8) == pytest.approx(1679.7216, abs=1e-4)
+    assert cost.kv_transfer_us(kv, LEAF, 8, 4, 8) == pytest.approx(3357.4432, abs=1e-4)
 
 
 def test_best_kv_route_prefers_the_faster_way_out():
-    # Inside a PCIe node across sockets (32 GB/s x min(4,4) = 128 GB/s) vs out through 8 rails of a leaf
-    # (400 GB/s): the transfer takes the NICs.
+    # Inside a PCIe node across sockets (32 GB/s x min(4,4) = 128 GB/s) vs out through each GPU's own rail
+    # of a leaf (4 x 50 = 200 GB/s): the transfer takes the NICs.
     cross = PathFigures(32.0, 2.0, "node")
-    out = PathFigures(32.0, 2.0, "leaf")
+    out = PathFigures(50.0, 2.0, "leaf")
     assert cost.best_kv_route([cross, out], 4, 4, 8) == out
+    # Through links no faster than the box's, the NICs add nothing now that a GPU drives one rail.
+    assert cost.best_kv_route([cross, PathFigures(32.0, 2.0, "leaf")], 4, 4, 8) == cross
     # On NVLink the box is faster (900 x 4 = 3600 GB/s).
     assert cost.best_kv_route([NVLINK, PathFigures(50.0, 2.0, "leaf")], 4, 4, 8) == NVLINK
 

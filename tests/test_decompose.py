@@ -34,8 +34,21 @@ def _problem(spec_path: Path, cluster_path: Path):
     return spec, topo, build_problem(spec, topo)
 
 
-def test_kv_floor_on_gb200_splits_by_nvl72_rack():
-    _, topo, problem = _problem(FIX / "specs/llama-70b-disagg.yaml", FIX / "clusters/gb200-nvl72-1008.yaml")
+def _with_floor(tmp_path: Path, spec: str, floor: int) -> Path:
+    """The fixture spec with another KV floor (GB/s)."""
+    import yaml
+
+    doc = yaml.safe_load((FIX / f"specs/{spec}.yaml").read_text())
+    doc["transfer"]["minBandwidthGBps"] = floor
+    out = tmp_path / f"{spec}-{floor}.yaml"
+    out.write_text(yaml.safe_dump(doc))
+    return out
+
+
+def test_kv_floor_on_gb200_splits_by_nvl72_rack(tmp_path):
+    # 400 GB/s: a tray's 4 rails give 200 on the network, so only NVLink inside an NVL72 rack meets it
+    spec = _with_floor(tmp_path, "llama-70b-disagg", 400)
+    _, topo, problem = _problem(spec, FIX / "clusters/gb200-nvl72-1008.yaml")
     split = split_of(problem)
     assert split is not None and len(split.domains) > 1
     assert {topo.domains[d].level for d in split.domains} == {"nvlink-domain"}
@@ -51,11 +64,11 @@ def test_kv_floor_on_dgx_splits_by_infiniband_leaf():
     assert {topo.domains[d].level for d in split.domains} == {"leaf"}
 
 
-def test_no_split_without_a_rule_covering_every_pool_or_with_one_domain_only():
+def test_no_split_without_a_rule_covering_every_pool_or_with_one_domain_only(tmp_path):
     _, _, problem = _problem(FIX / "specs/tp16-multinode.yaml", FIX / "clusters/dgx-h100-1024.yaml")
     assert not problem.colocations and split_of(problem) is None
-    # 200 GB/s is met through the 2:1 spine on DGX, so the whole cluster is the one domain that holds it
-    _, topo, problem = _problem(FIX / "specs/llama-70b-large.yaml", FIX / "clusters/dgx-h100-1024.yaml")
+    # 100 GB/s (a TP4 decode's 4 rails) is met through the 2:1 spine on DGX: the whole cluster is the one domain
+    _, topo, problem = _problem(_with_floor(tmp_path, "llama-70b-large", 100), FIX / "clusters/dgx-h100-1024.yaml")
     assert topo.root in {c.domain for c in problem.colocations[0].containers}
     assert split_of(problem) is None
 

@@ -194,14 +194,15 @@ def test_one_kv_highlight_per_replica_with_a_transfer(name: str, request: pytest
 def test_kv_labels_name_the_link_class(small: SolveResult, big: SolveResult) -> None:
     # small-mixed: replica 0 keeps prefill and decode inside DGX node dgx-b (NVLink, measured 820 GB/s x
     # min(4, 2) GPU pairs = 1640 GB/s); replica 1 goes from dgx-a in rack r1 to the PCIe nodes of rack r2,
-    # across the leaf: 8 rails x 32 GB/s (the PCIe nodes' cross-socket edge is the bottleneck) = 256 GB/s.
-    # dgx-h100-1024: every replica stays under one leaf: 8 rails x 50 GB/s = 400 GB/s.
+    # across the leaf: min(4, 2) rails, one per GPU of the smaller instance, x 32 GB/s (the PCIe nodes'
+    # cross-socket edge is the bottleneck) = 64 GB/s.
+    # dgx-h100-1024: every replica stays under one leaf: a TP4 decode's 4 rails x 50 GB/s = 200 GB/s.
     def labels(result: SolveResult) -> list[str]:
         root = ET.fromstring(_render(result))
         return [next(g.iter(f"{NS}text")).text or "" for g in _groups(root, "kv-path")]
 
-    assert labels(small) == ["r0 \u00b7 NVLink \u00b7 1640 GB/s", "r1 \u00b7 IB leaf \u00b7 256 GB/s"]
-    assert labels(big) == [f"r{k} \u00b7 IB leaf \u00b7 400 GB/s" for k in range(3)]
+    assert labels(small) == ["r0 \u00b7 NVLink \u00b7 1640 GB/s", "r1 \u00b7 IB leaf \u00b7 64 GB/s"]
+    assert labels(big) == [f"r{k} \u00b7 IB leaf \u00b7 200 GB/s" for k in range(3)]
 
 
 def test_no_highlight_without_a_transfer(small_aggregated: SolveResult) -> None:

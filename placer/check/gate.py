@@ -26,11 +26,12 @@ def verify_placement(spec: ServingTopology, topo: Topology, placement: Placement
     st = placement.stats
     if st.objective is not None and st.objective != report.total_units:
         st.notes.append(
-            f"solver cost model {st.objective} units, checker {report.total_units} units "
-            "(domain holds unlike nodes); optimality not claimed"
+            f"solver cost model {st.objective} units, checker {report.total_units} units (the solver priced a "
+            "domain by its figures, not by the GPUs chosen in it); optimality and the bound not claimed"
         )
         if st.status == "optimal":
             st.status = "feasible"
+        st.bound = st.gap = None  # in the solver's figures, which are not this placement's: it bounds nothing
     st.objective = report.total_units
     if st.bound is not None and st.objective:
         st.gap = max(0.0, (st.objective - st.bound) / st.objective) if st.status != "optimal" else 0.0

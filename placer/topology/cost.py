@@ -91,8 +91,11 @@ def forward_pass_allreduce_us(
 
 
 def kv_lanes(path: PathFigures, src_gpus: int, dst_gpus: int, rails_per_node: int) -> int:
-    """Parallel lanes of a KV transfer: GPU pairs inside a box, the node's rails on the network."""
-    return rails_per_node if path.level in NETWORK_LEVELS else max(1, min(src_gpus, dst_gpus))
+    """Parallel lanes of a KV transfer: GPU pairs inside a box; on the network each GPU drives its own rail
+    (a rail-optimised node has a NIC per GPU, and a GPU's PCIe link carries about one rail), so the smaller
+    instance's GPUs, at most one node's rails (pessimistic for an instance spread over nodes)."""
+    pairs = max(1, min(src_gpus, dst_gpus))
+    return min(pairs, rails_per_node) if path.level in NETWORK_LEVELS else pairs
 
 
 def kv_bandwidth_gbps(path: PathFigures, src_gpus: int, dst_gpus: int, rails_per_node: int) -> float:
