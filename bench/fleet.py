@@ -333,6 +333,14 @@ def say(msg: str) -> None:
 # ---- report ------------------------------------------------------------------------------------------
 
 
+def _machine_speed() -> float:
+    """CPU seconds of a fixed Python loop: how fast this machine ran the table, to compare it with others."""
+    started, x = time.process_time(), 0
+    for i in range(10_000_000):
+        x += i
+    return time.process_time() - started
+
+
 def _fmt(v: float | None, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -343,7 +351,10 @@ def report(rows: list[Row], args: argparse.Namespace, gpus: int, count: int, com
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"OR-Tools {_version('ortools')}, placer commit {args.commit or _commit()}. "
-        f"Run as `{command}` at niceness {os.nice(0)}.",
+        f"Run as `{command}` at niceness {os.nice(0)}. Machine speed before / after the runs: "
+        f"{args.speed_before:.2f} / {_machine_speed():.2f} CPU s per 10 M steps of a loop in a Python function "
+        "(this shared machine's speed varies, within a run too: compare times across tables only at a like "
+        "speed; work budgets and outcomes do not depend on it).",
         "",
         "## How to rerun",
         "",
@@ -586,6 +597,7 @@ def main() -> None:
         "`git archive` export); default: git rev-parse --short HEAD, marked if placer/ is modified",
     )
     args = ap.parse_args()
+    args.speed_before = _machine_speed()
     seeds, gpus, count = args.seeds, args.gpus, args.topologies
     if args.quick:
         seeds, gpus, count = 1, 2048, 20
