@@ -355,7 +355,7 @@ def _least_miss_bound(
 
     chosen = _best_selection(split, room, n, as_value)
     if sum(k for _i, k in chosen) < n:
-        return None  # cannot happen while the placement itself has no miss; claim nothing then
+        return None  # cannot happen while the placement itself has these misses; claim nothing then
     bound = sum(as_value(i, k)[1] for i, k in chosen if k)  # type: ignore[index]
     return bound if bound <= found.cost else None
 
