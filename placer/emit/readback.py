@@ -79,6 +79,7 @@ def _documents(path: Path) -> list[tuple[Any, yaml.Node]]:
 def _check_record_kinds(path: Path, parsed: list[tuple[Any, yaml.Node]]) -> None:
     """A placer.dev/ document here is a Placement record: a mistyped or missing kind was read as manifests
     and refused as "not manifests placer emitted", with no line; another placer kind is the wrong file."""
+    from placer.model.load import KINDS
     from placer.model.messages import line_of
 
     for data, root in parsed:
@@ -87,8 +88,7 @@ def _check_record_kinds(path: Path, parsed: list[tuple[Any, yaml.Node]]) -> None
         kind = data.get("kind")
         if kind == "Placement":
             continue
-        other = f" (this file is a {kind}, given where a Placement record or manifests belong)" if kind in (
-            "ServingTopology", "Cluster") else ""  # fmt: skip
+        other = f" (this file is a {kind}, given where a Placement record or manifests belong)" if kind in KINDS else ""
         raise InputError(
             f"{path}:{line_of(root, ('kind',))}: kind: a placer.dev/ document here is a record of kind "
             f"'Placement', got {kind!r}{other}"

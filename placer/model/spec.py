@@ -580,13 +580,16 @@ class Nccl(_Model):
         return v
 
 
+_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(s|m|h)?$")
+
+
 def _seconds(value: Any) -> Any:
     """A duration as seconds: a number, or a string such as ``300s``, ``5m``, ``1h`` (the source's
     ``scaleDownDelay: 300s`` spelling)."""
     if isinstance(value, bool):
         raise ValueError(f"expected seconds, got {str(value).lower()}")
     if isinstance(value, str):
-        found = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)(s|m|h)?", value)  # the JSON Schema's pattern, exactly
+        found = _DURATION.fullmatch(value)  # the JSON Schema's pattern
         if found is None:
             raise ValueError(f"{value!r} is not a duration (seconds, or a number with s, m or h: 300s, 5m)")
         return float(found[1]) * {"s": 1, "m": 60, "h": 3600}[found[2] or "s"]
@@ -602,7 +605,7 @@ Duration = Annotated[
         {
             "anyOf": [
                 {"type": "number", "minimum": 0, "maximum": MAX_DURATION_S},
-                {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?(s|m|h)?$"},
+                {"type": "string", "pattern": _DURATION.pattern},
             ],
             "description": f"seconds, or a number with s, m or h (300s, 5m, 1h); at most {MAX_DURATION_S} s (a week)",
         }
