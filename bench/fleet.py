@@ -38,6 +38,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from machine import machine_speed  # noqa: E402
 
 from placer.explain.fleet_view import at_scarcity_prices  # noqa: E402
 from placer.pipeline import SolveOptions, run_fleet  # noqa: E402
@@ -333,14 +336,6 @@ def say(msg: str) -> None:
 # ---- report ------------------------------------------------------------------------------------------
 
 
-def _machine_speed() -> float:
-    """CPU seconds of a fixed Python loop: how fast this machine ran the table, to compare it with others."""
-    started, x = time.process_time(), 0
-    for i in range(10_000_000):
-        x += i
-    return time.process_time() - started
-
-
 def _fmt(v: float | None, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -352,7 +347,7 @@ def report(rows: list[Row], args: argparse.Namespace, gpus: int, count: int, com
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"OR-Tools {_version('ortools')}, placer commit {args.commit or _commit()}. "
         f"Run as `{command}` at niceness {os.nice(0)}. Machine speed before / after the runs: "
-        f"{args.speed_before:.2f} / {_machine_speed():.2f} CPU s per 10 M steps of a loop in a Python function "
+        f"{args.speed_before:.2f} / {machine_speed():.2f} CPU s per 10 M steps of a loop in a Python function "
         "(this shared machine's speed varies, within a run too: compare times across tables only at a like "
         "speed; work budgets and outcomes do not depend on it).",
         "",
@@ -597,7 +592,7 @@ def main() -> None:
         "`git archive` export); default: git rev-parse --short HEAD, marked if placer/ is modified",
     )
     args = ap.parse_args()
-    args.speed_before = _machine_speed()
+    args.speed_before = machine_speed()
     seeds, gpus, count = args.seeds, args.gpus, args.topologies
     if args.quick:
         seeds, gpus, count = 1, 2048, 20

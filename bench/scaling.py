@@ -25,6 +25,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".cache"
+sys.path.insert(0, str(ROOT / "bench"))
+
+from machine import machine_speed  # noqa: E402
+
 STYLES = ("dgx-h100", "gb200-nvl72")
 SPECS = ("llama-70b-disagg", "llama-70b-large")
 PARTS = ("load", "topology", "problem", "solve", "greedy", "build", "search", "verify", "emit")
@@ -70,7 +74,9 @@ def report(rows: list[dict], gens: list[dict], args: argparse.Namespace) -> str:
         "it; CPU seconds are the process's own). Solver limit: "
         f"{args.time_limit:g} deterministic seconds (the work budget), wall guard 2x + 5 s. Seed 0 clusters "
         "(30-60 % busy). 'limited by' says whether the work budget or the wall clock ended the search "
-        "('work' answers are the same on any machine).",
+        "('work' answers are the same on any machine). Machine speed before / after the runs: "
+        f"{args.speed_before:.2f} / {machine_speed():.2f} CPU s per 10 M steps of a loop in a Python function "
+        "(compare times across tables only at a like speed).",
         "",
         "## Cluster generation (`placer cluster generate`, one process)",
         "",
@@ -113,6 +119,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "SCALING.md")
     args = ap.parse_args()
+    args.speed_before = machine_speed()
     rows, gens = [], []
     for style in args.styles.split(","):
         for gpus in [int(s) for s in args.sizes.split(",")]:
