@@ -599,6 +599,29 @@ def test_dynamo_workers_run_in_dynamos_runtime_image(tmp_path):
     assert engines and {c["image"] for c in engines} == {"registry.example.com/team/dynamo-vllm:1.5.0-patched"}
 
 
+@pytest.mark.parametrize(
+    ("engine", "upstream"),
+    [("sglang", "lmsysorg/sglang:v0.5.5"), ("trtllm", "nvcr.io/nvidia/tensorrt-llm/release:1.1.0")],
+)
+def test_dynamo_workers_of_every_engine_leave_its_upstream_image(engine, upstream, tmp_path):
+    """SGLang's and TensorRT-LLM's own images have no `dynamo.<engine>` module either: as Dynamo workers
+    they run in Dynamo's runtime image for that engine."""
+    from placer.model.engines import DYNAMO_RUNTIME
+
+    doc = yaml.safe_load((ROOT / "fixtures" / "specs" / "llama-70b-disagg.yaml").read_text())
+    for pool in doc["pools"].values():
+        pool["template"] |= {"engine": engine, "image": upstream}
+    doc["router"]["kind"] = "dynamo"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    out = run("solve", spec, ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml", "-q", "-t", "dynamo")
+    assert out.returncode == 0, out.stderr
+    workers = [
+        c for d in yaml.safe_load_all(out.stdout) if d for c in _containers(d) if f"dynamo.{engine}" in c["command"]
+    ]
+    assert workers and {c["image"] for c in workers} == {DYNAMO_RUNTIME[engine]}
+
+
 def _gpus(container: dict) -> bool:
     """An engine container: it asks for GPUs (routers and frontends do not)."""
     resources = container.get("resources", {})

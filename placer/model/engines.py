@@ -165,11 +165,13 @@ DYNAMO_RELEASE = "1.5.0"
 DYNAMO_RUNTIME = {
     "vllm": f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{DYNAMO_RELEASE}",
     "sglang": f"nvcr.io/nvidia/ai-dynamo/sglang-runtime:{DYNAMO_RELEASE}",
+    "trtllm": f"nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:{DYNAMO_RELEASE}",
 }
 # The engines' own upstream images, which lack Dynamo's worker modules (python3 -m dynamo.<engine>).
 PLAIN_ENGINE_IMAGES = {
     "vllm": ("vllm/vllm-openai", "docker.io/vllm/vllm-openai"),
     "sglang": ("lmsysorg/sglang", "docker.io/lmsysorg/sglang"),
+    "trtllm": ("nvcr.io/nvidia/tensorrt-llm/release",),
 }
 
 
