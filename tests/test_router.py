@@ -201,3 +201,111 @@ def test_every_target_builds_the_preset_router(disagg):
         docs = build_manifests(spec, topo, placement, report, target=target)
         text = str(docs)
         assert ("vllm-router" in text) != (target == "dynamo"), target
+
+
+def _pods(docs: list[dict]) -> list[dict]:
+    """Every router pod spec: a Deployment's template or a Grove router clique's."""
+    out = [d["spec"]["template"]["spec"] for d in docs if d["kind"] == "Deployment"]
+    for d in docs:
+        if d["kind"] == "PodCliqueSet":
+            out += [c["spec"]["podSpec"] for c in d["spec"]["template"]["cliques"] if c["name"] == "router"]
+    return [p for p in out if any(c["name"] == "router" for c in p["containers"])]
+
+
+@pytest.mark.parametrize("target", ["coscheduling", "lws", "grove"])
+def test_sglang_router_waits_for_every_engine_of_its_replica(disagg, target):
+    """SGLang's router registers an engine only if it answers within ~35 s of the router's start, and
+    engines open their port after loading weights: the router pod waits, in the router's own image, for
+    exactly its replica's engines, and is ready only once its own /readiness says it has workers."""
+    base, topo, placement, report = disagg
+    spec = with_engine(base, "sglang")
+    docs = build_manifests(spec, topo, placement, report, target=target)
+    assert_accepted(docs)
+    ctx = Context(spec, topo, placement, report)
+    pods = _pods(docs)
+    assert len(pods) == len(placement.replicas)
+    for rep, pod in zip(sorted(placement.replicas, key=lambda r: r.index), pods, strict=True):
+        (wait,) = pod["initContainers"]
+        (container,) = pod["containers"]
+        assert wait["image"] == container["image"] == router.ROUTER_IMAGES["sglang"]
+        assert wait["command"] == ["python3", "-c", router.WAIT_FOR_ENGINES]
+        told = after(container["args"], "--prefill") + after(container["args"], "--decode")
+        assert wait["args"] == told and len(told) == len(rep.instances)  # the URLs the router registers
+        if target == "coscheduling":
+            assert told == expected_urls(spec, ctx, rep.index, "prefill") + expected_urls(
+                spec, ctx, rep.index, "decode"
+            )
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readiness"
+
+
+def test_routers_of_other_kinds_start_at_once_and_outlast_their_own_wait(disagg):
+    """vLLM's router opens its port only once every engine answers (up to 600 s, then it exits): a startup
+    probe longer than that keeps liveness from killing it first; no init container."""
+    spec, topo, placement, report = disagg
+    docs = build_manifests(spec, topo, placement, report, target="coscheduling")
+    for pod in _pods(docs):
+        assert "initContainers" not in pod
+        (container,) = pod["containers"]
+        startup = container["startupProbe"]
+        assert startup["periodSeconds"] * startup["failureThreshold"] > 600
+        assert "tcpSocket" in startup
+
+
+def test_the_wait_ends_when_every_engine_answers_whatever_its_status(tmp_path):
+    """The init container's script, run as the pod runs it: it waits while a port is closed and ends once
+    every URL answers, a 503 included (the port is open: SGLang's router registers such an engine)."""
+    import socket
+    import subprocess
+    import sys
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(503 if self.server.server_port % 2 else 200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    proc = subprocess.Popen([sys.executable, "-c", router.WAIT_FOR_ENGINES, *urls], stdout=subprocess.PIPE, text=True)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)  # nothing listens yet
+        servers = [HTTPServer(("127.0.0.1", p), Answer) for p in ports]
+        for server in servers:
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        assert out.splitlines() == [f"engine answers: {u}" for u in urls]
+    finally:
+        proc.kill()
+
+
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+def test_start_first_is_refused_for_routers_that_wait_for_their_engines(tmp_path, kind):
+    """Under Grove, startFirst holds every engine back until the router is ready; these routers become ready
+    only with their engines (or register only engines that answer at once): a deadlock, refused as bad
+    input with the field's line. Dynamo's workers register themselves, so its frontend may start first."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "fixtures" / "specs" / "llama-70b-disagg.yaml").read_text())
+    for pool in doc["pools"].values():
+        pool["template"]["engine"] = kind
+    doc["router"] |= {"kind": kind, "startFirst": True}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    cluster = ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"
+    out = run("solve", path, cluster, "-q", "-t", "grove")
+    assert out.returncode == 2 and not out.stdout
+    assert "router: startFirst" in out.stderr and "kind: dynamo" in out.stderr and "Traceback" not in out.stderr
+    doc["router"]["kind"] = "dynamo"
+    path.write_text(yaml.safe_dump(doc))
+    ok = run("solve", path, cluster, "-q", "-t", "grove")
+    assert ok.returncode == 0, ok.stderr

@@ -293,7 +293,7 @@ def test_scheduling_options_reach_the_objects(agg_small):
     spec = _with(
         spec,
         scheduling={"queue": "team-a", "topology": "site-topology", "topologyLabels": {"rack": "example.com/rack"}},
-        router={"startFirst": True},
+        router={"startFirst": True, "kind": "custom", "image": "registry.example.com/team/router:1"},
     )
     kai = build_manifests(spec, SMALL_TOPO, placement, report, target="kai")
     assert "Topology" not in {d["kind"] for d in kai}  # the named one is referenced, not emitted

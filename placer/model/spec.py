@@ -435,7 +435,9 @@ class Router(_Model):
     memory: MemoryQuantity = "4Gi"
     near: RouterNear | None = None
     start_first: Bool = Field(
-        default=False, description="Start the router before the engines (Grove: every engine clique startsAfter it)."
+        default=False,
+        description="Start the router before the engines (Grove: every engine clique startsAfter it). Not for "
+        "kinds sglang and vllm, whose routers take a fixed list of engines when they start.",
     )
 
     @field_validator("image")
@@ -451,6 +453,13 @@ class Router(_Model):
             raise ValueError("kind: a router with its own command is kind: custom (with image)")
         if self.command and self.kind != "custom":
             raise ValueError(f"command: router kind {self.kind} writes the command; remove it or use kind: custom")
+        if self.start_first and self.kind in ("sglang", "vllm"):
+            raise ValueError(
+                f"startFirst: {self.kind}'s router takes its engines from a fixed list of URLs when it starts "
+                "(vLLM's opens its port only once every engine answers; SGLang's registers an engine only if it "
+                "answers within about 35 s), so engines held back until the router is ready would never be "
+                "served; remove startFirst, or use kind: dynamo (its workers register themselves)"
+            )
         for where, values in (("args", self.args), ("command", self.command)):
             for k, arg in enumerate(values):
                 unknown = [p for p in placeholders.placeholders(arg) if p not in ROUTER_PLACEHOLDERS]

@@ -34,7 +34,6 @@ from placer.emit.targets.common import (
     RANK_LABEL,
     TOPOLOGY_LABELS,
     Context,
-    affinity,
     dns_label,
     engine_container,
     hostname,
@@ -45,7 +44,7 @@ from placer.emit.targets.common import (
 )
 from placer.emit.targets.controllers import pool_services
 from placer.emit.targets.nccl import instance_settings
-from placer.emit.targets.router import router_container, router_service
+from placer.emit.targets.router import router_pod, router_service
 from placer.model.errors import NameTooLong
 from placer.model.placement import InstancePlacement, ReplicaPlacement
 
@@ -182,15 +181,12 @@ def pod_clique_set(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
     has_router = ctx.spec.router is not None and rep.router is not None
     if has_router:
         assert rep.router is not None
-        router_pod: dict[str, Any] = {
-            "affinity": affinity([hostname(ctx.topo, rep.router)]),
-            "containers": [router_container(ctx, rep.index)],
-        }
+        pod = router_pod(ctx, rep)
         sched = ctx.scheduler(None)
         if sched:
-            router_pod["schedulerName"] = sched
+            pod["schedulerName"] = sched
         lab = labels(ctx.spec, rep.index, "router")
-        cliques.append(_clique("router", 1, router_pod, lab, {"placer.dev/node": rep.router}))
+        cliques.append(_clique("router", 1, pod, lab, {"placer.dev/node": rep.router}))
     for pool in sorted({i.pool for i in rep.instances}):
         members = [i for i in rep.instances if i.pool == pool]
         single = [i for i in members if len(i.pods) == 1]

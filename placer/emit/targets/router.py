@@ -86,19 +86,78 @@ def preset_args(ctx: Context, replica: int) -> list[str]:
     return ["--worker-urls", *ep["worker_urls"], *listen]
 
 
+# How long a router may take to open its port: vLLM's router opens it only once every engine answers, and
+# gives up (exits, and is restarted) after its --worker-startup-timeout-secs, 600 s by default
+# (vllm-router 0.1.17 src/main.rs); the startup probe outlasts that, so liveness never kills it first.
+STARTUP_PERIOD_S = 10
+STARTUP_FAILURES = 66
+
+
 def router_probes(kind: str) -> dict[str, Any]:
-    """Readiness on the router's health endpoint (it reports the workers it reaches), liveness on the
-    process alone, so that a router waiting for engines that are still loading is not restarted."""
+    """Readiness where the router says it can serve, liveness on the process alone, and a startup probe
+    that gives the port time to open. SGLang's router answers ``/health`` whether or not it has workers
+    (sglang-router 0.2.2 ``src/server.rs``: ``health`` is ``liveness``); its ``/readiness`` is 503 until a
+    worker (in PD mode a prefill and a decode) is healthy, so the Service sends nothing to a router that
+    has no engine yet. vLLM's router answers only once its workers do; Dynamo's frontend ``/health`` says
+    whether it is serving, ``/live`` whether it runs."""
     alive: dict[str, Any] = {"tcpSocket": {"port": "http"}}
     if kind == "dynamo":
         alive = {"httpGet": {"path": "/live", "port": "http"}}  # the frontend's own liveness (workers aside)
-    ready: dict[str, Any] = {"httpGet": {"path": "/health", "port": "http"}}
+    path = "/readiness" if kind == "sglang" else "/health"
+    ready: dict[str, Any] = {"httpGet": {"path": path, "port": "http"}}
     if kind == "custom":
         ready = {"tcpSocket": {"port": "http"}}
     return {
+        "startupProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": STARTUP_PERIOD_S}
+        | {"failureThreshold": STARTUP_FAILURES},
         "readinessProbe": ready | {"periodSeconds": 10, "failureThreshold": 3},
         "livenessProbe": alive | {"periodSeconds": 20, "failureThreshold": 3},
     }
+
+
+# Waits until every engine URL answers GET /health (any HTTP status: the port is open). SGLang's router
+# registers the engines it is given only if one answers within about 35 s of the router's start and never
+# tries again (sglang-router 0.2.2 src/core/workflow/steps/worker_registration.rs, retry bounded by
+# --health-check-timeout-secs + 30 s), while an engine opens its port only once its weights are loaded.
+WAIT_FOR_ENGINES = """\
+import sys, time, urllib.error, urllib.request
+for url in sys.argv[1:]:
+    while True:
+        try:
+            urllib.request.urlopen(url + "/health", timeout=5)
+            break
+        except urllib.error.HTTPError:
+            break
+        except OSError:
+            time.sleep(5)
+    print("engine answers:", url, flush=True)
+"""
+
+
+def wait_for_engines(ctx: Context, replica: int, image: str) -> dict[str, Any]:
+    """An init container, in the router's image, that holds the router back until the replica's engines
+    answer, so that it registers every one of them."""
+    ep = endpoints(ctx, replica)
+    urls = ep["prefill_urls"] + ep["decode_urls"] + ep["worker_urls"]
+    return {
+        "name": "wait-for-engines",
+        "image": image,
+        "command": ["python3", "-c", WAIT_FOR_ENGINES],
+        "args": urls,
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+    }
+
+
+def router_pod(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
+    """The router's pod spec, pinned to its node: the router container, and for SGLang's router the init
+    container that waits for the engines."""
+    assert rep.router is not None and ctx.spec.router is not None
+    container = router_container(ctx, rep.index)
+    pod: dict[str, Any] = {"affinity": affinity([hostname(ctx.topo, rep.router)])}
+    if ctx.spec.router.kind == "sglang":
+        pod["initContainers"] = [wait_for_engines(ctx, rep.index, container["image"])]
+    pod["containers"] = [container]
+    return pod
 
 
 def router_container(ctx: Context, replica: int, frontend: bool = False) -> dict[str, Any]:
@@ -174,10 +233,7 @@ def router_docs(ctx: Context, rep: ReplicaPlacement, pod_labels: dict[str, str] 
             "selector": {"matchLabels": router_selector(ctx, rep.index)},
             "template": {
                 "metadata": {"labels": lab | (pod_labels or {})},
-                "spec": {
-                    "affinity": affinity([hostname(ctx.topo, rep.router)]),
-                    "containers": [router_container(ctx, rep.index)],
-                },
+                "spec": router_pod(ctx, rep),
             },
         },
     }
