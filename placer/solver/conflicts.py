@@ -498,6 +498,7 @@ def _feasible(spec: ServingTopology, problem: Problem, budget: Budget) -> bool |
     from ortools.sat.python import cp_model
 
     from placer.solver.cpsat.model import PlacementModel
+    from placer.solver.greedy import greedy_counted
 
     if budget.work_left < 0.2 or budget.out():
         return None
@@ -507,6 +508,12 @@ def _feasible(spec: ServingTopology, problem: Problem, budget: Budget) -> bool |
     # Feasible means "minReplicas whole replicas fit": the optional ones do not change the answer, and
     # 1,024 of them made each check a model of millions of variables.
     relaxed.replicas = max(1, relaxed.min_replicas)
+    # The greedy places only what every hard rule allows: where it places them all, that is the answer
+    # without a model (at 100k GPUs each model took seconds and most of a why-not's memory).
+    found, work = greedy_counted(relaxed, budget.greedy_units())
+    budget.spend_greedy(work)
+    if len(found) >= relaxed.replicas:
+        return True
     pm = PlacementModel(relaxed)
     solver = cp_model.CpSolver()
     solver.parameters.max_deterministic_time = min(10.0, budget.work_left)
