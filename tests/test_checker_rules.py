@@ -181,3 +181,106 @@ def test_a_cost_the_checker_reprices_claims_no_bound(tmp_path):
     assert st.objective == check(res.spec, res.topology, res.placement).total_units
     assert st.status == "feasible" and st.bound is None and st.gap is None
     assert any("optimality and the bound not claimed" in n for n in st.notes)
+
+
+def _moved(placement, replica: int, **changes):
+    reps = list(placement.replicas)
+    reps[replica] = replace(reps[replica], **changes)
+    return replace(placement, replicas=tuple(reps))
+
+
+def _mutations(agg) -> dict[str, tuple[object, object, str]]:
+    """One change each to the placement placer produced (or to its spec), and the sentence it must draw."""
+    spec, pl = agg.spec, agg.placement
+    first = pl.replicas[0].instances[0]
+    (pod,) = first.pods
+    g = list(pod.gpus)
+    two_nodes = spec.pools["aggregated"].model_copy(update={"node_count": 2, "gpus_per_node": 4})
+    return {
+        "one GPU for two instances": (
+            spec,
+            _with_pods(pl, 1, first.pods),
+            f"replica 1 aggregated-0: GPU {g[0]} on {pod.node} is also used by replica 0 aggregated-0",
+        ),
+        "too few GPUs": (spec, _with_pods(pl, 0, [Pod(pod.node, tuple(g[:4]))]), "has 4 GPUs, needs TP x PP = 8"),
+        "two pods on one node": (
+            spec,
+            _with_pods(pl, 0, [Pod(pod.node, tuple(g[:4])), Pod(pod.node, tuple(g[4:]))]),
+            "replica 0 aggregated-0: two pods on one node",
+        ),
+        "a GPU that does not exist": (
+            spec,
+            _with_pods(pl, 0, [Pod(pod.node, (*g[:7], 99))]),
+            f"replica 0 aggregated-0: GPU 99 does not exist on {pod.node}",
+        ),
+        "not the spec's nodes x GPUs": (
+            spec.model_copy(update={"pools": {"aggregated": two_nodes}}),
+            pl,
+            "replica 0 aggregated-0: needs 2 nodes x 4 GPUs",
+        ),
+        "a replica more than asked": (
+            spec,
+            replace(pl, replicas=(*pl.replicas, replace(pl.replicas[0], index=2))),
+            "3 replicas placed; the spec asks for 2-2",
+        ),
+        "replica indices out of order": (
+            spec,
+            replace(pl, replicas=tuple(reversed(pl.replicas))),
+            "replica indices are not 0..n-1",
+        ),
+        "a replica without its router": (spec, _moved(pl, 0, router=None), "replica 0 has no router"),
+        "a router on a node the cluster lacks": (
+            spec,
+            _moved(pl, 0, router="nowhere"),
+            "replica 0: router on unknown node 'nowhere'",
+        ),
+        "a pod on a node the cluster lacks": (
+            spec,
+            _with_pods(pl, 0, [Pod("nowhere", pod.gpus)]),
+            "replica 0 aggregated-0: unknown node 'nowhere'",
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "one GPU for two instances",
+        "too few GPUs",
+        "two pods on one node",
+        "a GPU that does not exist",
+        "not the spec's nodes x GPUs",
+        "a replica more than asked",
+        "replica indices out of order",
+        "a replica without its router",
+        "a router on a node the cluster lacks",
+        "a pod on a node the cluster lacks",
+    ],
+)
+def test_each_structural_rule_refuses_its_one_change(agg, change):
+    """The checker's structural rules, each shown the one wrong placement it exists for (the solver and the
+    brute force never produce these, so nothing else in the suite would notice a rule that stopped looking)."""
+    assert check(agg.spec, agg.topology, agg.placement).violations == []
+    spec, placement, sentence = _mutations(agg)[change]
+    violations = check(spec, agg.topology, placement).violations
+    assert any(sentence in v for v in violations), violations
+
+
+def test_a_placement_the_checker_refuses_is_never_printed(tmp_path, monkeypatch):
+    """Exit 3: a solver bug (here: the second replica put on the first one's GPUs) is caught by the gate
+    before anything is printed or written, and the message names the broken rule."""
+    import placer.solver.solve as solve_module
+
+    real = solve_module.solve
+
+    def double_booked(problem, *args, **kwargs):
+        placement = real(problem, *args, **kwargs)
+        return _with_pods(placement, 1, placement.replicas[0].instances[0].pods)
+
+    monkeypatch.setattr(solve_module, "solve", double_booked)
+    record = tmp_path / "placement.json"
+    out = run("solve", FIX / "specs" / "aggregated-tp8.yaml", SMALL, "--placement", record)
+    assert out.returncode == 3, out.stderr
+    assert out.stdout == "" and not record.exists() and list(tmp_path.iterdir()) == []
+    assert "independent checker rejected" in out.stderr and "is also used by" in out.stderr
+    assert "Traceback" not in out.stderr

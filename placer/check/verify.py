@@ -140,9 +140,16 @@ def _check_structure(spec: ServingTopology, topo: Topology, pl: Placement, r: Re
         for inst in rep.instances:
             for pod in inst.pods:
                 try:
-                    topo.node_by_name(pod.node)
+                    node = topo.node_by_name(pod.node)
                 except KeyError:
                     r.violations.append(f"replica {rep.index} {inst.pool}-{inst.index}: unknown node {pod.node!r}")
+                    continue
+                indices = {g.index for g in node.gpus}
+                for g in pod.gpus:
+                    if g not in indices:  # found here, before anything prices links to it
+                        r.violations.append(
+                            f"replica {rep.index} {inst.pool}-{inst.index}: GPU {g} does not exist on {pod.node}"
+                        )
         if spec.router is not None:
             if rep.router is None:
                 r.violations.append(f"replica {rep.index} has no router")
@@ -191,11 +198,7 @@ def _check_gpus_and_capacity(spec: ServingTopology, topo: Topology, pl: Placemen
                 mem[pod.node] += k8s.bytes_of(reqs.get("memory", "0"))
                 r.queue_units += len(pod.gpus) * cost.queue_units_per_gpu(node.queue_depth, w.queue_depth)
                 r.cache_miss_units += len(pod.gpus) * cost.cache_miss_units_per_gpu(node.kv_cache_hit, w.cache_miss)
-                indices = {g.index for g in node.gpus}
                 for g in pod.gpus:
-                    if g not in indices:
-                        r.violations.append(f"{who}: GPU {g} does not exist on {pod.node}")
-                        continue
                     if g in node.busy or not node.schedulable:
                         r.violations.append(f"{who}: GPU {g} on {pod.node} is busy")
                     if (pod.node, g) in used:
