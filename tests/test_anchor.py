@@ -10,8 +10,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_decompose import rack_cluster
 
+from placer.check.verify import check
 from placer.model.cluster import ClusterSpec
 from placer.model.errors import InputError
+from placer.model.placement import Placement, SolveStats
 from placer.model.spec import ServingTopology
 from placer.solver.anchor import anchor_of, solve_by_anchor
 from placer.solver.greedy import greedy
@@ -82,7 +84,21 @@ def by_anchor_and_one_model(problem, anchor):
     assume(got is not None)  # the greedy did not place every replica: one model answers instead
     assert got is not None and whole is not None and whole.proven
     assert len(got.replicas) == len(whole.replicas)
+    for outcome in (got, whole):  # both answers keep every rule, and cost what the checker says they cost
+        assert_checked(problem, outcome)
     return got, whole
+
+
+def assert_checked(problem, outcome) -> None:
+    """The independent checker on a search's answer: equal costs of two wrong placements prove nothing."""
+    spec = problem.spec
+    placement = Placement(
+        spec.metadata.name, spec.metadata.namespace, problem.topology.name, outcome.replicas, SolveStats("feasible")
+    )
+    report = check(spec, problem.topology, placement)
+    assert report.violations == []
+    if not problem.unlike_domains:  # priced at their slowest node there, so the figures may differ
+        assert report.total_units == outcome.cost
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_in_process import run
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from test_cli import ROOT, assert_clean_failure, placer_cmd, user_env
 from test_cli import run as run_process
@@ -19,6 +19,7 @@ from test_cli import run as run_process
 from placer.emit.readback import load_running
 from placer.model.errors import InputError
 from placer.model.load import load_spec
+from placer.model.spec import ServingTopology
 from placer.pipeline import Observed, Shape, State, decide
 from placer.solver.autoscale import parse_now, state_of
 
@@ -469,36 +470,50 @@ def test_a_scale_out_leaves_the_pod_templates_of_running_engines_as_they_are(tmp
         assert _templates(after[key]) == _templates(before[key]), key
 
 
+# The recorded spec with every lower bound raised to 2 (maxReplicas 3), so that shapes below a minimum are drawn.
+RAISED = ServingTopology.model_validate(
+    yaml.safe_load(
+        SPEC.read_text()
+        .replace("minReplicas: 1", "minReplicas: 2")
+        .replace("maxReplicas: 2", "maxReplicas: 3")
+        .replace("minInstances: 1", "minInstances: 2")
+    )
+)
+# (spec, {scope: (lo, hi)}) as each spec file says
+BOUNDS = [
+    (SPEC_OBJ, {"replicas": (1, 2), "pool/decode": (1, 3), "pool/prefill": (1, 3)}),
+    (RAISED, {"replicas": (2, 3), "pool/decode": (2, 3), "pool/prefill": (2, 3)}),
+]
+
+
 @settings(max_examples=200, deadline=None)
 @given(
+    which=st.sampled_from(BOUNDS),
     replicas=st.integers(1, 4),
     prefill=st.integers(1, 5),
     decode=st.integers(1, 5),
     q=st.tuples(_value, _value),
     last=st.one_of(st.none(), st.floats(0, 1000)),
 )
-def test_a_shape_outside_its_bounds_goes_back_to_the_nearest_bound_first(replicas, prefill, decode, q, last):
-    """A shape outside the policies' bounds (3 replicas against maxReplicas 2, say) was left as it was: "none,
-    every signal between the lines". It now goes back to the nearest bound, replicas first, whatever the
-    telemetry or the cooldown, as a HorizontalPodAutoscaler does."""
+def test_a_shape_outside_its_bounds_goes_back_to_the_nearest_bound_first(which, replicas, prefill, decode, q, last):
+    """A shape outside the policies' bounds (3 replicas against maxReplicas 2, or 1 against minReplicas 2)
+    was left as it was: "none, every signal between the lines". It now goes back to the nearest bound,
+    replicas first, whatever the telemetry or the cooldown, as a HorizontalPodAutoscaler does."""
+    spec, bounds = which
     shape = Shape(replicas, {"prefill": prefill, "decode": decode})
     seen = {"prefill": Observed(2 * prefill, q[0], None), "decode": Observed(2 * decode, q[1], None)}
-    d = decide(SPEC_OBJ, shape, seen, State(None, last, {}), 1000)
-    outside = [
-        (scope, n, lo, hi)
-        for scope, n, lo, hi in [
-            ("replicas", replicas, 1, 2),
-            ("pool/decode", decode, 1, 3),
-            ("pool/prefill", prefill, 1, 3),
-        ]
-        if not lo <= n <= hi
-    ]
+    d = decide(spec, shape, seen, State(None, last, {}), 1000)
+    counts = {"replicas": replicas, "pool/decode": decode, "pool/prefill": prefill}
+    outside = [(scope, counts[scope], *bounds[scope]) for scope in ("replicas", "pool/decode", "pool/prefill")]
+    outside = [(scope, n, lo, hi) for scope, n, lo, hi in outside if not lo <= n <= hi]
     if not outside:
         return
     scope, n, lo, hi = outside[0]
+    event("below its minimum" if n < lo else "above its maximum")
     assert (d.action, d.scope) == ("scale-out" if n < lo else "scale-in", scope)
     assert min(max(n, lo), hi) == (d.after.replicas if scope == "replicas" else d.after.instances[scope[5:]])
-    assert f"{n} running, above max" in d.reason
+    word = "Replicas" if scope == "replicas" else "Instances"
+    assert d.reason == (f"{n} running, below min{word} {lo}" if n < lo else f"{n} running, above max{word} {hi}")
 
 
 def test_a_pool_below_its_min_instances_scales_out_to_it():

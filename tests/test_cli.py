@@ -57,11 +57,13 @@ def user_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PLACER_DEBUG", "PYTHONUNBUFFERED")}
 
 
-def run(*args: str | Path, cwd: Path = ROOT, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str | Path, cwd: Path = ROOT, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*placer_cmd(), *map(str, args)],
         cwd=cwd,
-        env=user_env(),
+        env=user_env() | (env or {}),
         input=stdin,
         capture_output=True,
         text=True,
@@ -219,11 +221,20 @@ def test_placement_into_missing_directory_is_bad_input(tmp_path: Path) -> None:
 
 
 def test_deterministic(tmp_path: Path) -> None:
+    """Same input, same bytes: two processes with different string-hash seeds (so set and dict orders of
+    strings differ between them) print the same manifests and write the same record."""
     runs = []
     for k in (1, 2):
         (tmp_path / str(k)).mkdir()
         proc = run(
-            "solve", DISAGG, CLUSTERS / "dgx-h100-1024.yaml", "-q", "--placement", "out.json", cwd=tmp_path / str(k)
+            "solve",
+            DISAGG,
+            CLUSTERS / "dgx-h100-1024.yaml",
+            "-q",
+            "--placement",
+            "out.json",
+            cwd=tmp_path / str(k),
+            env={"PYTHONHASHSEED": str(k)},
         )
         assert proc.returncode == 0, proc.stderr
         runs.append((proc.stdout, (tmp_path / str(k) / "out.json").read_bytes()))

@@ -253,7 +253,9 @@ def test_the_same_value_is_accepted_and_written_once(tmp_path, disagg):
     path, _ = _write_with_args(tmp_path, '[--tensor-parallel-size, "8", --max-model-len=8192, --port=8000]')
     spec = load_spec(path)
     docs = build_manifests(spec, topo, placement, report, target="coscheduling")
-    for pod in engine_pods(docs):
+    pods = engine_pods(docs)
+    assert {pod["metadata"]["labels"]["placer.dev/pool"] for pod in pods} == {"prefill", "decode"}
+    for pod in pods:
         f = flags(container_of(pod)["args"])
         assert len(f["--tensor-parallel-size"]) == 1 and len(f["--port"]) == 1
         if pod["metadata"]["labels"]["placer.dev/pool"] == "prefill":
@@ -277,7 +279,9 @@ def test_dynamo_router_kind_makes_the_engines_dynamo_workers(disagg):
         spec = with_engine(base, engine, router="dynamo")
         docs = build_manifests(spec, topo, placement, report, target="coscheduling")
         assert_accepted(docs)
-        for pod in engine_pods(docs):
+        pods = engine_pods(docs)
+        assert {pod["metadata"]["labels"]["placer.dev/pool"] for pod in pods} == {"prefill", "decode"}
+        for pod in pods:
             c = container_of(pod)
             role = spec.role_of(pod["metadata"]["labels"]["placer.dev/pool"])
             assert c["command"] == ["python3", "-m", module]
