@@ -673,16 +673,16 @@ def test_why_not_packing_offers_the_fewer_replicas_a_solve_confirms():
 
 def test_a_why_not_at_scale_names_one_rule_and_a_relaxation_a_solve_confirms():
     """The large spec on a 10k-GPU DGX cluster (seed 0) where no leaf holds a replica's 200 GB/s transfer:
-    even on a one-second budget the why-not names the floor alone and the mildest floor that fits, because
+    even on a two-second budget the why-not names the floor alone and the mildest floor that fits, because
     checking that a relaxed spec fits takes the greedy's witness rather than a model of the whole cluster
-    (before, the budget ran out and four rules were named together, unverified). The relaxation is then
+    (before, the budget ran out and the floor came without a verified relaxation). The relaxation is then
     confirmed by a real solve and the independent checker."""
     from placer.model.cluster import ClusterSpec
     from placer.topology.generate import generate_cluster
 
     topo = build_topology(ClusterSpec.model_validate(generate_cluster("dgx-h100", 10_000, 0)))
     spec = load_spec(ROOT / "fixtures" / "specs" / "llama-70b-large.yaml")
-    (conflict,) = explain_infeasible(build_problem(spec, topo), seconds=1.0)
+    (conflict,) = explain_infeasible(build_problem(spec, topo), seconds=2.0)
     assert conflict.rule == "transfer" and "200 GB/s" in conflict.message
     assert conflict.relax is not None and conflict.relax.startswith("lower transfer.minBandwidthGBps to 100 ")
     relaxed = spec.model_copy(update={"transfer": spec.transfer.model_copy(update={"min_bandwidth_gbps": 100.0})})

@@ -228,6 +228,7 @@ def test_sglang_router_waits_for_every_engine_of_its_replica(disagg, target):
         (wait,) = pod["initContainers"]
         (container,) = pod["containers"]
         assert wait["image"] == container["image"] == router.ROUTER_IMAGES["sglang"]
+        assert wait["resources"] == container["resources"]  # a LimitRange judges both alike
         assert wait["command"] == ["python3", "-c", router.WAIT_FOR_ENGINES]
         told = after(container["args"], "--prefill") + after(container["args"], "--decode")
         assert wait["args"] == told and len(told) == len(rep.instances)  # the URLs the router registers
@@ -239,30 +240,42 @@ def test_sglang_router_waits_for_every_engine_of_its_replica(disagg, target):
 
 
 def test_routers_of_other_kinds_start_at_once_and_outlast_their_own_wait(disagg):
-    """vLLM's router opens its port only once every engine answers (up to 600 s, then it exits): a startup
-    probe longer than that keeps liveness from killing it first; no init container."""
+    """vLLM's router opens its port only once every engine answers, and exits after its own wait (600 s by
+    default, shorter than a large model takes to load): placer gives it a longer wait, unless router.args
+    sets one, and a startup probe longer than that keeps liveness from killing it first; no init container."""
     spec, topo, placement, report = disagg
     docs = build_manifests(spec, topo, placement, report, target="coscheduling")
-    for pod in _pods(docs):
+    pods = _pods(docs)
+    assert pods
+    for pod in pods:
         assert "initContainers" not in pod
         (container,) = pod["containers"]
+        (wait,) = after(container["args"], "--worker-startup-timeout-secs")
         startup = container["startupProbe"]
-        assert startup["periodSeconds"] * startup["failureThreshold"] > 600
+        assert startup["periodSeconds"] * startup["failureThreshold"] > int(wait) > 600
         assert "tcpSocket" in startup
+    own = spec.model_copy(
+        update={"router": spec.router.model_copy(update={"args": ["--worker-startup-timeout-secs=60"]})}
+    )
+    for pod in _pods(build_manifests(own, topo, placement, report, target="coscheduling")):
+        args = pod["containers"][0]["args"]
+        assert "--worker-startup-timeout-secs" not in args and args[-1] == "--worker-startup-timeout-secs=60"
 
 
-def test_the_wait_ends_when_every_engine_answers_whatever_its_status(tmp_path):
-    """The init container's script, run as the pod runs it: it waits while a port is closed and ends once
-    every URL answers, a 503 included (the port is open: SGLang's router registers such an engine)."""
+def test_the_wait_ends_only_when_every_engine_is_ready(tmp_path):
+    """The init container's script, run as the pod runs it: it waits while a port is closed and while an
+    engine answers 503 (SGLang's engine warming up; a newer sglang-router refuses to register it), and ends
+    once every URL answers 200."""
     import socket
     import subprocess
     import sys
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
-    class Answer(BaseHTTPRequestHandler):
+    class Engine(BaseHTTPRequestHandler):
         def do_GET(self):
-            self.send_response(503 if self.server.server_port % 2 else 200)
+            self.server.asked += 1
+            self.send_response(503 if self.server.asked <= self.server.warming else 200)
             self.end_headers()
 
         def log_message(self, *args):
@@ -278,12 +291,14 @@ def test_the_wait_ends_when_every_engine_answers_whatever_its_status(tmp_path):
     try:
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(timeout=2)  # nothing listens yet
-        servers = [HTTPServer(("127.0.0.1", p), Answer) for p in ports]
-        for server in servers:
+        servers = [HTTPServer(("127.0.0.1", p), Engine) for p in ports]
+        for server, warming in zip(servers, (2, 0), strict=True):
+            server.asked, server.warming = 0, warming  # the first answers 503 twice, then 200
             threading.Thread(target=server.serve_forever, daemon=True).start()
-        out, _ = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0
-        assert out.splitlines() == [f"engine answers: {u}" for u in urls]
+        assert out.splitlines() == [f"engine ready: {u}" for u in urls]
+        assert servers[0].asked == 3 and servers[1].asked == 1
     finally:
         proc.kill()
 

@@ -620,6 +620,8 @@ def test_dynamo_workers_of_every_engine_leave_its_upstream_image(engine, upstrea
         c for d in yaml.safe_load_all(out.stdout) if d for c in _containers(d) if f"dynamo.{engine}" in c["command"]
     ]
     assert workers and {c["image"] for c in workers} == {DYNAMO_RUNTIME[engine]}
+    graphs = [d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "DynamoGraphDeployment"]
+    assert graphs and {g["spec"]["backendFramework"] for g in graphs} == {engine}
 
 
 def _gpus(container: dict) -> bool:

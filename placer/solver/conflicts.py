@@ -22,7 +22,7 @@ from placer.model.spec import ServingTopology
 from placer.solver.cells import group_marks, node_group
 from placer.solver.figures import free_in
 from placer.solver.layout import layout
-from placer.solver.options import WALL_FACTOR, WALL_SLACK_S, Budget, run_solver
+from placer.solver.options import GREEDY_UNITS_PER_S, WALL_FACTOR, WALL_SLACK_S, Budget, run_solver
 from placer.solver.problem import Problem, build_problem
 
 
@@ -508,11 +508,13 @@ def _feasible(spec: ServingTopology, problem: Problem, budget: Budget) -> bool |
     # Feasible means "minReplicas whole replicas fit": the optional ones do not change the answer, and
     # 1,024 of them made each check a model of millions of variables.
     relaxed.replicas = max(1, relaxed.min_replicas)
-    # The greedy places only what every hard rule allows: where it places them all, that is the answer
-    # without a model (at 100k GPUs each model took seconds and most of a why-not's memory).
-    found, work = greedy_counted(relaxed, budget.greedy_units())
+    # The greedy places only what every hard rule allows: where it places them all and the checker agrees,
+    # that is the answer without a model (at 30k GPUs each model took seconds and most of a why-not's
+    # memory). Capped, so that a greedy that finds nothing leaves the models their budget (100k-GPU
+    # checks take 0.05-0.1 s of it).
+    found, work = greedy_counted(relaxed, min(budget.greedy_units(), GREEDY_UNITS_PER_S // 2))
     budget.spend_greedy(work)
-    if len(found) >= relaxed.replicas:
+    if len(found) >= relaxed.replicas and _checked(relaxed, found):
         return True
     pm = PlacementModel(relaxed)
     solver = cp_model.CpSolver()
@@ -525,6 +527,21 @@ def _feasible(spec: ServingTopology, problem: Problem, budget: Budget) -> bool |
     if status == cp_model.INFEASIBLE:
         return False
     return True if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
+
+
+def _checked(problem: Problem, found) -> bool:
+    """The independent checker's word on the greedy's placement: a relaxation placer offers as verified
+    rests on a placement that keeps every rule."""
+    from placer.check.verify import check
+    from placer.model.placement import Placement, SolveStats
+    from placer.solver.search import greedy_outcome
+
+    spec = problem.spec
+    replicas = greedy_outcome(problem, found).replicas
+    placement = Placement(
+        spec.metadata.name, spec.metadata.namespace, problem.topology.name, replicas, SolveStats("feasible")
+    )
+    return not check(spec, problem.topology, placement).violations
 
 
 def _present(spec: ServingTopology) -> list[str]:

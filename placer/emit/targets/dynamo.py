@@ -60,6 +60,9 @@ BACKENDS = (
 )
 
 
+ENGINE_FRAMEWORKS = ("vllm", "sglang", "trtllm")  # engine presets are Dynamo's backendFramework names
+
+
 def backend(image: str) -> tuple[str | None, str | None]:
     """(backendFramework, its tensor-parallel flag) from the engine image's name, or (None, None)."""
     name = image.rsplit("/", 1)[-1].split(":")[0].lower()
@@ -196,7 +199,8 @@ def graph_deployment(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
     for pool in sorted({i.pool for i in rep.instances}):
         members = sorted((i for i in rep.instances if i.pool == pool), key=lambda i: i.index)
         components.append(_pool_component(ctx, rep, pool, members))
-        frameworks.add(backend(ctx.spec.pools[pool].template.image)[0])
+        template = ctx.spec.pools[pool].template
+        frameworks.add(template.engine if template.engine in ENGINE_FRAMEWORKS else backend(template.image)[0])
     _check_names(name, components)
     meta = ctx.gang_metadata(rep.index, name=name)
     meta["annotations"][ENABLE_GROVE] = "true"

@@ -78,7 +78,9 @@ def preset_args(ctx: Context, replica: int) -> list[str]:
             decode = [a for url in ep["decode_urls"] for a in ("--decode", url)]
             return ["--pd-disaggregation", *_prefill_bootstrap(ctx, replica), *decode, *listen]
         return ["--worker-urls", *ep["worker_urls"], *listen]
-    # vllm
+    # vllm: a router.args value of the wait wins (clap takes a flag once)
+    if not any(a.split("=")[0] == "--worker-startup-timeout-secs" for a in router.args):
+        listen += ["--worker-startup-timeout-secs", str(VLLM_WORKER_WAIT_S)]
     if pd:
         prefill = [a for url in ep["prefill_urls"] for a in ("--prefill", url)]
         decode = [a for url in ep["decode_urls"] for a in ("--decode", url)]
@@ -86,11 +88,13 @@ def preset_args(ctx: Context, replica: int) -> list[str]:
     return ["--worker-urls", *ep["worker_urls"], *listen]
 
 
-# How long a router may take to open its port: vLLM's router opens it only once every engine answers, and
-# gives up (exits, and is restarted) after its --worker-startup-timeout-secs, 600 s by default
-# (vllm-router 0.1.17 src/main.rs); the startup probe outlasts that, so liveness never kills it first.
+# How long a router may take to open its port. vLLM's router opens it only once every engine answers, and
+# gives up (exits, and is restarted) after its --worker-startup-timeout-secs (600 s by default, vllm-router
+# 0.1.17 src/main.rs): placer gives it VLLM_WORKER_WAIT_S, long enough for a large model's weights to load,
+# and the startup probe outlasts that, so liveness never kills a router that is still waiting.
+VLLM_WORKER_WAIT_S = 1800
 STARTUP_PERIOD_S = 10
-STARTUP_FAILURES = 66
+STARTUP_FAILURES = VLLM_WORKER_WAIT_S // STARTUP_PERIOD_S + 6
 
 
 def router_probes(kind: str) -> dict[str, Any]:
@@ -115,37 +119,45 @@ def router_probes(kind: str) -> dict[str, Any]:
     }
 
 
-# Waits until every engine URL answers GET /health (any HTTP status: the port is open). SGLang's router
-# registers the engines it is given only if one answers within about 35 s of the router's start and never
-# tries again (sglang-router 0.2.2 src/core/workflow/steps/worker_registration.rs, retry bounded by
-# --health-check-timeout-secs + 30 s), while an engine opens its port only once its weights are loaded.
+# Waits until every engine URL answers GET /health with a 2xx: its port is open and its warm-up done (SGLang's
+# engine answers 503 while it warms up). SGLang's router registers the engines it is given only if one
+# answers within about 35 s of the router's start and never tries again (sglang-router 0.2.2
+# src/core/workflow/steps/worker_registration.rs, retry bounded by --health-check-timeout-secs + 30 s),
+# while an engine opens its port only once its weights are loaded.
 WAIT_FOR_ENGINES = """\
-import sys, time, urllib.error, urllib.request
+import sys, time, urllib.request
 for url in sys.argv[1:]:
     while True:
         try:
             urllib.request.urlopen(url + "/health", timeout=5)
             break
-        except urllib.error.HTTPError:
-            break
         except OSError:
             time.sleep(5)
-    print("engine answers:", url, flush=True)
+    print("engine ready:", url, flush=True)
 """
 
 
 def wait_for_engines(ctx: Context, replica: int, image: str) -> dict[str, Any]:
     """An init container, in the router's image, that holds the router back until the replica's engines
     answer, so that it registers every one of them."""
-    ep = endpoints(ctx, replica)
-    urls = ep["prefill_urls"] + ep["decode_urls"] + ep["worker_urls"]
+    router = ctx.spec.router
+    assert router is not None
     return {
         "name": "wait-for-engines",
         "image": image,
         "command": ["python3", "-c", WAIT_FOR_ENGINES],
-        "args": urls,
-        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+        "args": told_urls(ctx, replica),
+        # the router's own requests: a pod asks the larger of its init and app containers' anyway, and a
+        # namespace's LimitRange then judges both alike
+        "resources": {"requests": {"cpu": router.cpu, "memory": router.memory}},
     }
+
+
+def told_urls(ctx: Context, replica: int) -> list[str]:
+    """The engine URLs a preset router is given: prefill and decode in PD mode, else the workers."""
+    ep = endpoints(ctx, replica)
+    pd = ep["prefill_urls"] + ep["decode_urls"]
+    return pd or ep["worker_urls"]
 
 
 def router_pod(ctx: Context, rep: ReplicaPlacement) -> dict[str, Any]:
