@@ -110,3 +110,16 @@ def test_telemetry_terms_are_rounded_separately():
 def test_units_round_to_hundredths_of_a_microsecond():
     assert cost.to_units(79.2447) == 7924
     assert cost.to_units(0.005) in (0, 1)  # banker's rounding at the half; never more than one unit off
+
+
+def test_a_ring_across_nodes_runs_one_ring_per_rail():
+    """TP16 over two DGX H100 nodes: 8 GPUs a node, 8 rails of 50 GB/s, so 8 rings side by side carry
+    400 GB/s between the nodes; NVLink (900 GB/s) inside each node is not the bottleneck. A TP2 spread 1+1
+    drives one rail; a ring inside a node (or an NVLink domain) has no rails to add."""
+    rack = PathFigures(50.0, 2.0, "rack")
+    assert cost.ring_lanes(8, 8) == 8 and cost.ring_lanes(1, 8) == 1 and cost.ring_lanes(4, 2) == 2
+    assert cost.ring_over_rails(rack, 8, 900.0) == PathFigures(400.0, 2.0, "rack")
+    assert cost.ring_over_rails(rack, 8, 64.0) == PathFigures(64.0, 2.0, "rack")  # a PCIe node caps it
+    assert cost.ring_over_rails(rack, 1, 900.0) == rack
+    node = PathFigures(900.0, 0.5, "node")
+    assert cost.ring_over_rails(node, 8, 900.0) == node

@@ -73,8 +73,13 @@ def test_instance_figures_follow_the_cost_model(solved):
         assert sum(len(p["gpus"]) for p in inst.pods) == pool.gpus_per_instance
         if inst.link is None:
             continue
+        # the ring runs at its bottleneck link, times the rings side by side across nodes (one per rail)
+        assert inst.ring_gbps <= inst.ring_lanes * inst.link.bandwidth_gbps
+        assert inst.ring_lanes == 1 or len(inst.pods) > 1
+        if inst.ring_lanes == 1:
+            assert inst.ring_gbps == inst.link.bandwidth_gbps
         per_call = cost.ring_allreduce_us(
-            pool.tensor_parallel, inst.message_bytes, inst.link.bandwidth_gbps, inst.link.latency_us
+            pool.tensor_parallel, inst.message_bytes, inst.ring_gbps, inst.link.latency_us
         )
         if pool.pipeline_parallel == 1:
             assert inst.allreduce_us_per_call == pytest.approx(per_call)
@@ -688,3 +693,20 @@ def test_a_why_not_at_scale_names_one_rule_and_a_relaxation_a_solve_confirms():
     relaxed = spec.model_copy(update={"transfer": spec.transfer.model_copy(update={"min_bandwidth_gbps": 100.0})})
     placement = solve(build_problem(relaxed, topo), SolveOptions(time_limit_s=10))
     assert len(placement.replicas) >= spec.replicas_floor and check(relaxed, topo, placement).violations == []
+
+
+def test_a_tp16_over_two_nodes_is_priced_at_every_rail():
+    """The fixture's TP16 (nodeCount 2 x 8 GPUs) on DGX H100: its all-reduce crosses the network on 8 rings
+    side by side (placer's own NCCL settings give each of the 8 rails a channel), so a call costs the ring
+    formula at 8 x 50 GB/s, not at one rail's 50 (8x slower, as priced before). The solver priced it the
+    same way: the run is still proven optimal after the checker's recomputation."""
+    spec = load_spec(ROOT / "fixtures" / "specs" / "tp16-multinode.yaml")
+    topo = build_topology(load_cluster(ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"))
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    ex = explain_placement(spec, topo, placement)
+    assert placement.stats.status == "optimal" and ex.objective == placement.stats.objective
+    (inst,) = ex.instances
+    assert len(inst.pods) == 2 and inst.link is not None and inst.link.bandwidth_gbps == 50
+    assert inst.ring_lanes == 8 and inst.ring_gbps == 400
+    msg = inst.message_bytes
+    assert inst.allreduce_us_per_call == pytest.approx(cost.ring_allreduce_us(16, msg, 400.0, inst.link.latency_us))

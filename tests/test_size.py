@@ -173,8 +173,9 @@ def test_tp16_across_two_nodes_pays_more_communication_than_tp8_in_one(dgx) -> N
     )
     comm8 = next(p for p in tp8.pools if p.name == "prefill").sizing.terms.communication
     comm16 = next(p for p in tp16.pools if p.name == "prefill").sizing.terms.communication
-    # NVLink 900 GB/s inside a node; a ring over two nodes crosses 50 GB/s InfiniBand rails.
-    assert comm16 > 5 * comm8
+    # NVLink 900 GB/s inside a node; a ring over two nodes crosses the InfiniBand rails, 8 x 50 = 400 GB/s side
+    # by side, over twice the hops at network latency.
+    assert comm16 > 2 * comm8
 
 
 # --- the command -------------------------------------------------------------------------------------------

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 from placer.baselines._common import Context, Gpus, NoFit, PoolDemand, State, gib
-from placer.check.verify import steiner_figures
+from placer.check.verify import stage_figures, steiner_figures
 from placer.model.levels import LEVEL_WORDS
 from placer.topology import cost
 
@@ -131,11 +132,16 @@ class Enumerator:
         """The checker's instance cost: each stage's ring, PP hand-offs over the whole instance."""
         tp, ctx = pool.tensor_parallel, self.ctx
         stages = [gpus[s * tp : (s + 1) * tp] for s in range(pool.pipeline_parallel)]
-        key = (pool.name, tuple(frozenset(ctx.home_of[n][x] for n, x in st) for st in stages))
+        # the homes of each stage's GPUs, and how many sit on each node (the rings across nodes run per rail)
+        key = (
+            pool.name,
+            tuple(frozenset(ctx.home_of[n][x] for n, x in st) for st in stages),
+            tuple(tuple(sorted(Counter(n for n, _ in st).values())) for st in stages),
+        )
         if key not in self._ring:
             m, spec = ctx.spec.model, ctx.spec
             msg = cost.activation_bytes(m.hidden_size, spec.tokens_in_flight(pool.name), m.bytes_per_element)
-            figs = [steiner_figures(ctx.topo, st) for st in stages]
+            figs = [stage_figures(spec, ctx.topo, pool.name, st) for st in stages]
             us = cost.forward_pass_allreduce_us(m.layers, tp, figs, msg, steiner_figures(ctx.topo, gpus))
             self._ring[key] = cost.to_units(spec.objective.all_reduce * us)
         return self._ring[key]

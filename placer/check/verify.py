@@ -83,6 +83,32 @@ def steiner_figures(topo: Topology, gpus: list[tuple[int, int]]) -> cost.PathFig
     return cost.PathFigures(bw, lat, topo.domains[top].level)
 
 
+def ring_lanes_of(spec: ServingTopology, topo: Topology, pool_name: str, gpus: list[tuple[int, int]]) -> int:
+    """Rings side by side of one TP group across nodes (cost.ring_lanes), where its split over nodes is
+    fixed (nodeCount, or an engine preset, which splits evenly); 1 inside a node or for a free split."""
+    pool = spec.pools[pool_name]
+    nodes = {n for n, _ in gpus}
+    if len(nodes) < 2 or (pool.template.engine == "custom" and pool.node_count is None):
+        return 1
+    return cost.ring_lanes(min(sum(1 for n, _ in gpus if n == m) for m in nodes), topo.rails_per_node)
+
+
+def stage_figures(
+    spec: ServingTopology, topo: Topology, pool_name: str, gpus: list[tuple[int, int]]
+) -> cost.PathFigures:
+    """One TP group's ring: its subtree's figures, and across the network one ring per rail
+    (``ring_lanes_of``), capped by the slowest link inside a node."""
+    fig = steiner_figures(topo, gpus)
+    lanes = ring_lanes_of(spec, topo, pool_name, gpus)
+    if fig.level not in cost.NETWORK_LEVELS or lanes <= 1:
+        return fig
+    per_node: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for n, g in gpus:
+        per_node[n].append((n, g))
+    inner = min(steiner_figures(topo, own).bandwidth_gbps for own in per_node.values())
+    return cost.ring_over_rails(fig, lanes, inner)
+
+
 def kv_route(topo: Topology, gpus: list[tuple[int, int]], src: int, dst: int) -> cost.PathFigures:
     """The KV path between two instances: through their narrowest common domain or any domain above it,
     whichever is fastest (cost.best_kv_route)."""
@@ -227,7 +253,7 @@ def forward_pass(
     """Each pipeline stage's ring figures and the all-reduce time of one forward pass over ``tokens``."""
     pool, m = spec.pools[pool_name], spec.model
     tp = pool.tensor_parallel
-    stages = [steiner_figures(topo, gpus[s * tp : (s + 1) * tp]) for s in range(pool.pipeline_parallel)]
+    stages = [stage_figures(spec, topo, pool_name, gpus[s * tp : (s + 1) * tp]) for s in range(pool.pipeline_parallel)]
     msg = cost.activation_bytes(m.hidden_size, tokens, m.bytes_per_element)
     return stages, cost.forward_pass_allreduce_us(m.layers, tp, stages, msg, steiner_figures(topo, gpus))
 

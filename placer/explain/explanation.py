@@ -44,6 +44,8 @@ class InstanceView:
     link: LinkView | None  # None for a single GPU
     message_bytes: float
     allreduce_us_per_call: float  # slowest stage's ring
+    ring_gbps: float  # that ring's bandwidth: its bottleneck link's, x rings side by side across nodes
+    ring_lanes: int  # rings side by side across nodes (one per rail), 1 inside a node
     allreduce_us_per_pass: float  # 2 per layer per stage, plus PP hand-offs
     preferred: str | None
     preferred_met: bool
@@ -217,6 +219,13 @@ def _instance_view(
     msg = cost.activation_bytes(spec.model.hidden_size, spec.tokens_in_flight(inst.pool), spec.model.bytes_per_element)
     figures, _ = verify.forward_pass(spec, topo, inst.pool, gpus, spec.tokens_in_flight(inst.pool))
     per_call = max(cost.ring_allreduce_us(tp, msg, f.bandwidth_gbps, f.latency_us) for f in figures)
+    slowest = min(range(len(stages)), key=lambda s: figures[s].bandwidth_gbps)
+    ring_gbps = figures[slowest].bandwidth_gbps
+    lanes = (
+        verify.ring_lanes_of(spec, topo, inst.pool, stages[slowest])
+        if figures[slowest].level in cost.NETWORK_LEVELS
+        else 1
+    )
     worst_stage = max(range(len(stages)), key=lambda s: (figures[s].latency_us == 0, -figures[s].bandwidth_gbps))
     link = bottleneck_link(topo, stages[worst_stage]) if tp > 1 else None
     if pool.pipeline_parallel > 1 and len(gpus) > 1:
@@ -238,6 +247,8 @@ def _instance_view(
         link=link,
         message_bytes=msg,
         allreduce_us_per_call=per_call,
+        ring_gbps=ring_gbps,
+        ring_lanes=lanes,
         allreduce_us_per_pass=c.allreduce_us,
         preferred=preferred,
         preferred_met=preferred is None or LEVEL_RANK[level] <= LEVEL_RANK[preferred],

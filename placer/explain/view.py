@@ -108,6 +108,17 @@ def _objective(ex: Explanation, bound: str) -> str:
     return f"objective {ex.objective} units ({bound}) = {ex.objective / 100:,.1f} weighted µs"
 
 
+def _ring_gbps(i) -> str:
+    """The link's GB/s, or rails x link = the ring's where rings run side by side across nodes."""
+    if i.link is None:
+        return "-"
+    if i.ring_lanes <= 1:
+        return f"{i.link.bandwidth_gbps:g}"
+    product = i.ring_lanes * i.link.bandwidth_gbps
+    capped = "" if product <= i.ring_gbps else f" (capped inside a node at {i.ring_gbps:g})"
+    return f"{i.ring_lanes} × {i.link.bandwidth_gbps:g} = {min(product, i.ring_gbps):g}{capped}"
+
+
 def _instances(ex: Explanation) -> RenderableType:
     t = Table(title="tensor-parallel groups", title_justify="left", show_lines=False)
     for col in ("replica", "instance", "GPUs (node: indices)", "narrowest domain", "bottleneck link"):
@@ -128,7 +139,7 @@ def _instances(ex: Explanation) -> RenderableType:
             gpus,
             i.domain,
             _link_name(i.link),
-            "-" if i.link is None else f"{i.link.bandwidth_gbps:g}",
+            _ring_gbps(i),
             fmt_us(i.allreduce_us_per_call),
             fmt_us(i.allreduce_us_per_pass),
             pref,

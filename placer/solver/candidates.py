@@ -174,7 +174,8 @@ def _multi_node_candidates(
             min(f.bandwidth_gbps for f in node_figs), max(f.latency_us for f in node_figs), "node"
         )
         span = worst_figures(topo, dom_id, fit, memo)
-        ring = stage_ring if pool.tensor_parallel <= g else span
+        lanes = cost.ring_lanes(g, topo.rails_per_node)
+        ring = stage_ring if pool.tensor_parallel <= g else cost.ring_over_rails(span, lanes, stage_ring.bandwidth_gbps)
         out.append(_candidate(topo, spec, pool, dom, ring, span, msg, "container"))
     return tuple(out)
 

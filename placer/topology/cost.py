@@ -7,6 +7,10 @@ Formulas (docs/DESIGN.md has the derivations):
   ``t = 2(n-1)/n * m / B + 2(n-1) * L``. The best ring visits GPUs subtree by subtree, so it crosses each
   edge of the smallest subtree joining them exactly twice and no ring does better: ``B`` is the slowest
   edge of that subtree and ``L`` its largest latency.
+* a ring across nodes: one ring per rail side by side (``ring_lanes``: the fewest GPUs the instance has on a
+  node, at most the rails), so ``B`` is the rail x lanes, capped by the slowest link inside a node. Only
+  where the split over nodes is fixed (nodeCount, or an engine preset's even split); a custom engine spread
+  freely is priced at one rail.
 * per forward pass: 2 all-reduces per layer; message = hidden x tokens in flight x bytes per element;
   ``pp - 1`` pipeline hand-offs of one activation (same size) over the instance's bottleneck link.
 * KV transfer of one typical prompt: ``2 x layers x kv_heads x head_dim x bytes x prompt_tokens`` over the
@@ -88,6 +92,21 @@ def forward_pass_allreduce_us(
     if pp > 1 and handoff is not None:
         total += (pp - 1) * (transfer_us(message_bytes, handoff.bandwidth_gbps) + handoff.latency_us)
     return total
+
+
+def ring_lanes(gpus_per_node: int, rails_per_node: int) -> int:
+    """Rings an all-reduce across nodes runs side by side: NCCL keeps each ring on one NIC, and a node drives
+    one rail per GPU of the instance on it (placer's NCCL settings give every rail a channel), so the
+    fewest GPUs the instance has on one node, at most the node's rails."""
+    return max(1, min(gpus_per_node, rails_per_node))
+
+
+def ring_over_rails(ring: PathFigures, lanes: int, inner_gbps: float) -> PathFigures:
+    """A ring across nodes with ``lanes`` rings side by side: its network hop carries ``lanes`` rails, but
+    no more than the slowest link inside a node (``inner_gbps``), which every ring also crosses."""
+    if ring.level not in NETWORK_LEVELS or lanes <= 1:
+        return ring
+    return PathFigures(min(ring.bandwidth_gbps * lanes, inner_gbps), ring.latency_us, ring.level)
 
 
 def kv_lanes(path: PathFigures, src_gpus: int, dst_gpus: int, rails_per_node: int) -> int:
