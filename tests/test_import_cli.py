@@ -56,12 +56,12 @@ def test_show_prints_a_summary_and_json(tmp_path: Path) -> None:
     table = run("cluster", "show", out)
     assert table.returncode == 0 and "nvidia-a100-sxm4-40gb-x8" in table.stdout and "8: 0 busy, 8 free" in table.stdout
     data = json.loads(run("cluster", "show", out, "--json").stdout)
-    assert (data["nodes"], data["gpus"], data["gpus_by_product"]) == (1, 8, {"NVIDIA-A100-SXM4-40GB": 8})
+    assert (data["nodes"], data["gpus"], data["gpusByProduct"]) == (1, 8, {"NVIDIA-A100-SXM4-40GB": 8})
     assert data["classes"][0]["nics"] == 4 and "fabric.network.railGBps" in data["defaults"]
     fixture = json.loads(
         run("cluster", "show", ROOT / "fixtures" / "clusters" / "gb200-nvl72-1008.yaml", "--json").stdout
     )
-    assert fixture["domains_in_tree"]["nvlink-domain"] == 14 and fixture["gpus"] == 1008
+    assert fixture["domainsInTree"]["nvlink-domain"] == 14 and fixture["gpus"] == 1008
 
 
 def test_show_counts_gpus_of_cordoned_nodes_free_per_product_and_every_defaulted_spine_field(tmp_path: Path) -> None:
@@ -83,8 +83,13 @@ def test_show_counts_gpus_of_cordoned_nodes_free_per_product_and_every_defaulted
     assert table.returncode == 0, table.stderr
     assert "24: 3 busy, 13 free, 8 on unschedulable nodes" in table.stdout
     data = json.loads(run("cluster", "show", path, "--json").stdout)
-    assert data["busy_gpus"] + data["free_gpus"] + data["unschedulable_gpus"] == data["gpus"] == 24
-    assert data["free_gpus_by_product"] == {"NVIDIA-A100-SXM4-80GB": 7, "NVIDIA-H100-80GB-HBM3": 6}
+    assert (data["apiVersion"], data["kind"]) == ("placer.dev/v1alpha1", "ClusterSummary")
+    assert data["busyGpus"] + data["freeGpus"] + data["unschedulableGpus"] == data["gpus"] == 24
+    assert data["freeGpusByProduct"] == {"NVIDIA-A100-SXM4-80GB": 7, "NVIDIA-H100-80GB-HBM3": 6}
+    assert {c["name"]: c["gpusPerNode"] for c in data["classes"]} == {"a100": 8, "dgx": 8}
+    assert data["domainsInTree"]["nvlink-domain"] >= 0  # level names are data: they keep their spelling
+    snake = [k for k in data if "_" in k] + [k for c in data["classes"] for k in c if "_" in k]
+    assert snake == []
     assert "fabric.spine.latencyUs" in data["defaults"] and "fabric.spine.oversubscription" not in data["defaults"]
 
 

@@ -17,7 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from placer.importers.run import ImportReport
+from placer.model import API_VERSION
 from placer.model.cluster import ClusterSpec, GpuGroup, NodeClass
+from placer.model.k8s import field_alias
 from placer.model.levels import LEVELS
 from placer.topology.graph import Topology
 
@@ -50,13 +52,19 @@ class ClusterSummary:
     domains_in_tree: dict[str, int]  # level -> domains the solver keeps
     overrides: list[dict[str, Any]]
     defaults: list[str]  # fields left at the model's defaults
-    # Added after the fields above (whose JSON readers may exist): GPUs neither busy nor free, because their
-    # node is cordoned or not Ready, and the free GPUs per product.
+    # GPUs neither busy nor free (their node is cordoned or not Ready), and the free GPUs per product.
     unschedulable_gpus: int = 0
     free_gpus_by_product: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The machine form (``cluster show --json``): versioned, its field names camelCase like every
+        placer format (level, product and class names are data and stay as they are)."""
+        out: dict[str, Any] = {"apiVersion": API_VERSION, "kind": "ClusterSummary"}
+        for name, value in asdict(self).items():
+            if name == "classes":
+                value = [{field_alias(k): v for k, v in line.items()} for line in value]
+            out[field_alias(name)] = value
+        return out
 
 
 def summarize(spec: ClusterSpec, topo: Topology) -> ClusterSummary:
