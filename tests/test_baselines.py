@@ -360,10 +360,10 @@ def test_count_only_takes_the_lowest_indices_where_topology_wants_others():
     spec = _serving({"aggregated": _pool(2, "node")})
     got = {name: run_baseline(name, spec, topo) for name in BASELINES}
     assert _pods(got["count-spread"]) == (("p", (1, 2)),)
-    assert got["count-spread"].report.instances[0].ring.bandwidth_gbps == 32
+    assert got["count-spread"].report.instances[0].bottleneck.bandwidth_gbps == 32
     for name in ("exhaustive", "kueue-bestfit"):
         assert _pods(got[name]) == (("p", (2, 3)),)
-        assert got[name].report.instances[0].ring.bandwidth_gbps == 64
+        assert got[name].report.instances[0].bottleneck.bandwidth_gbps == 64
     assert got["exhaustive"].report.total_units < got["count-spread"].report.total_units
 
 

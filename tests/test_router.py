@@ -260,6 +260,10 @@ def test_routers_of_other_kinds_start_at_once_and_outlast_their_own_wait(disagg)
     for pod in _pods(build_manifests(own, topo, placement, report, target="coscheduling")):
         args = pod["containers"][0]["args"]
         assert "--worker-startup-timeout-secs" not in args and args[-1] == "--worker-startup-timeout-secs=60"
+    longer = spec.router.model_copy(update={"args": ["--worker-startup-timeout-secs", "3600"]})
+    for pod in _pods(build_manifests(spec.model_copy(update={"router": longer}), topo, placement, report)):
+        startup = pod["containers"][0]["startupProbe"]
+        assert startup["periodSeconds"] * startup["failureThreshold"] > 3600  # the user's wait, outlasted too
 
 
 def test_the_wait_ends_only_when_every_engine_is_ready(tmp_path):

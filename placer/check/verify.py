@@ -25,7 +25,7 @@ class InstanceCost:
     pool: str
     index: int
     domain: str  # narrowest domain containing its GPUs
-    ring: cost.PathFigures
+    bottleneck: cost.PathFigures  # the slowest link joining its GPUs, one lane (placer.dev/bottleneck-gbps)
     allreduce_us: float
     units: int
 

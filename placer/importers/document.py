@@ -209,8 +209,9 @@ def nccl_overrides(
     """Each run's peak bus bandwidth as the measured figure of the narrowest domain holding its hosts.
 
     An override is a figure per lane, as every fabric figure is (placer.topology.cost): a GPU pair inside a
-    box, one rail on the network, where a transfer stripes over the node's rails. A test across nodes drives
-    the rails its ranks sit on (one per rank, up to the node's rails) and reports their whole bus bandwidth,
+    box, one rail on the network, where a transfer runs one lane per GPU over the node's rails. A test across
+    nodes drives the rails its ranks sit on (one per rank, up to the node's rails) and reports their whole bus
+    bandwidth,
     so over the network its figure is divided by those rails (``source`` says how many); taken whole it would
     count the rails twice, and a KV floor no network meets would pass."""
     notes: list[Note] = []

@@ -17,7 +17,6 @@ from functools import lru_cache
 from placer.importers.common import Note
 
 NV = re.compile(r"^NV(\d{1,3})$")
-PCIE_CODES = ("PIX", "PXB", "PHB", "NODE", "SYS")
 NEAR = ("PIX", "PXB")  # a NIC this close to a GPU is its rail (GPUDirect RDMA through one PCIe switch tree)
 RANK = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
 

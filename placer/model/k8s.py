@@ -178,8 +178,6 @@ _AS_TEXT = BeforeValidator(
 )
 QuantityText = Annotated[str, _AS_TEXT]
 """A value of a requests/limits map: a string, or a number taken as its string."""
-Quantity = Annotated[str, _AS_TEXT, AfterValidator(_quantity)]
-"""A string field that must be a Kubernetes quantity (``500m``, ``16Gi``)."""
 CpuQuantity = Annotated[str, _AS_TEXT, AfterValidator(_quantity), AfterValidator(check_cpu)]
 """A CPU quantity, at most ``MAX_CPU_CORES``."""
 MemoryQuantity = Annotated[str, _AS_TEXT, AfterValidator(_quantity), AfterValidator(check_memory)]

@@ -22,8 +22,3 @@ LEVEL_WORDS: dict[str, str] = {
     "leaf": "one network leaf (scalable unit)",
     "spine": "the cluster (through the spine)",
 }
-
-
-def at_most(level: str, limit: str) -> bool:
-    """True when ``level`` is as narrow as ``limit`` or narrower."""
-    return LEVEL_RANK[level] <= LEVEL_RANK[limit]

@@ -47,15 +47,12 @@ class Placement:
     replicas: tuple[ReplicaPlacement, ...]
     stats: SolveStats
 
-    def to_record(
-        self, spec: dict[str, Any] | None = None, include_timing: bool = False, target: str | None = None
-    ) -> dict[str, Any]:
-        """Plain data for the placement file (read back by placer.model.record); timings are left out by default
-        so output is reproducible. ``spec`` (record.spec_record) makes the file self-contained for explain;
+    def to_record(self, spec: dict[str, Any] | None = None, target: str | None = None) -> dict[str, Any]:
+        """Plain data for the placement file (read back by placer.model.record); timings are left out so that
+        output is reproducible. ``spec`` (record.spec_record) makes the file self-contained for explain;
         ``target``, the --target its manifests were written for, lets a later --keep follow it."""
         stats = asdict(self.stats)
-        if not include_timing:
-            stats.pop("seconds")
+        stats.pop("seconds")
         extra = {} if spec is None else {"spec": spec}
         written = {} if target is None else {"target": target}
         return {

@@ -9,7 +9,7 @@ fits alone, runs a deletion filter over the relaxable rules (transfer floor, rou
 minReplicas): drop a rule, re-solve; if still infeasible the rule was not needed for the conflict. What
 remains is a minimal conflicting set; for each of its rules placer searches the mildest relaxation that
 makes the request feasible (a lower floor, a broader level, fewer replicas) and reports it only when a
-solve confirms it.
+feasibility check confirms it: the greedy's placement, accepted by the checker, or else a CP-SAT solve.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from placer.solver.problem import Problem, build_problem
 class Conflict:
     rule: str  # the spec field at stake, e.g. "pools.prefill.placement.required", "transfer.minBandwidthGBps"
     message: str  # subject -> count -> limit
-    relax: str | None  # what would make it fit (verified by a solve where it says so)
-    relaxable: str | None = None  # one of RELAXABLE: its relaxation is searched by solving
+    relax: str | None  # what would make it fit (verified by a feasibility check where it says so)
+    relaxable: str | None = None  # one of the deletion filter's rules (``_present``): its relaxation is searched
 
     def __str__(self) -> str:
         return self.message + (f" Relax: {self.relax}" if self.relax else "")
@@ -48,7 +48,7 @@ def explain_infeasible(problem: Problem, seconds: float = 20.0) -> list[Conflict
 
 def _fewer_replicas(problem: Problem, c: Conflict, budget: Budget) -> Conflict:
     """A pool that cannot be packed for minReplicas replicas may fit for fewer: the most replicas its
-    packing allows, and below, until a solve confirms the whole spec fits with them (other rules may bind
+    packing allows, and below, until a feasibility check confirms the whole spec fits with them (other rules may bind
     first, so the count alone is not offered)."""
     name = c.rule.removeprefix("pools.").removesuffix(".placement.required")
     if name not in problem.pools or c.rule != f"pools.{name}.placement.required":
@@ -474,9 +474,6 @@ def _rule_field(colocation: str) -> str:
 # ---- phase 2: a deletion filter over the relaxable rules ---------------------------------------------
 
 
-RELAXABLE = ("transfer floor", "router proximity", "replica spread", "minReplicas")
-
-
 def _with(spec: ServingTopology, rule: str, value) -> ServingTopology:
     """The spec with one rule dropped (value None) or set to a milder value."""
     if rule == "transfer floor":
@@ -494,7 +491,8 @@ def _with(spec: ServingTopology, rule: str, value) -> ServingTopology:
 
 
 def _feasible(spec: ServingTopology, problem: Problem, budget: Budget) -> bool | None:
-    """True / False when a solve decides it within the budget; None when it could not."""
+    """True / False when the checks decide it within the budget (phase 1's counts, the greedy's checked
+    placement, a CP-SAT solve); None when they could not."""
     from ortools.sat.python import cp_model
 
     from placer.solver.cpsat.model import PlacementModel
@@ -509,9 +507,9 @@ def _feasible(spec: ServingTopology, problem: Problem, budget: Budget) -> bool |
     # 1,024 of them made each check a model of millions of variables.
     relaxed.replicas = max(1, relaxed.min_replicas)
     # The greedy places only what every hard rule allows: where it places them all and the checker agrees,
-    # that is the answer without a model (at 30k GPUs each model took seconds and most of a why-not's
-    # memory). Capped, so that a greedy that finds nothing leaves the models their budget (100k-GPU
-    # checks take 0.05-0.1 s of it).
+    # that is the answer without a model (on the large spec at 30k DGX GPUs each model took seconds and
+    # most of a why-not's memory: bench/NOTES.md, 2026-11-28). Capped at half a work second, so that a
+    # greedy that finds nothing leaves the models their budget (it took 0.05-0.1 s there at 100k GPUs).
     found, work = greedy_counted(relaxed, min(budget.greedy_units(), GREEDY_UNITS_PER_S // 2))
     budget.spend_greedy(work)
     if len(found) >= relaxed.replicas and _checked(relaxed, found):
@@ -628,7 +626,7 @@ def _levels(problem: Problem, broader_than: str | None = None, narrower_than: st
 
 
 def _relaxation(problem: Problem, rule: str, budget: Budget) -> str | None:
-    """The mildest change to one rule that a solve confirms makes the request feasible."""
+    """The mildest change to one rule that a feasibility check confirms makes the request feasible."""
     spec = problem.spec
 
     def fits(changed: ServingTopology) -> bool:

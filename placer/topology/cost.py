@@ -15,8 +15,9 @@ Formulas (docs/DESIGN.md has the derivations):
   ``pp - 1`` pipeline hand-offs of one activation (same size) over the instance's bottleneck link.
 * KV transfer of one typical prompt: ``2 x layers x kv_heads x head_dim x bytes x prompt_tokens`` over the
   path's bandwidth x lanes: inside a node or NVLink domain every GPU pair moves its shard in parallel
-  (lanes = min of the two group sizes); over the network a node stripes over its rails (lanes = rails per
-  node), divided by the spine's oversubscription when the path crosses the spine.
+  (lanes = min of the two group sizes); over the network each GPU drives its own rail (``kv_lanes``: the
+  smaller instance's GPUs, at most the node's rails), divided by the spine's oversubscription when the path
+  crosses the spine.
 * telemetry: ``w3 x queue_depth`` (requests) and ``w4 x (1 - kv_cache_hit)`` per GPU used, node means. A GPU
   whose hit rate is unknown counts as the mean of the known ones (1.0, no charge, when none is known): an
   unmeasured node is neither a 100 % miss nor a free pass (placer.topology.build.neutral_hit).

@@ -1,6 +1,6 @@
 """Output flavours of ``placer solve --target``: one small module per scheduler or workload API.
 
-Each module has ``build(ctx) -> list[dict]`` and a ``DESCRIPTION``; docs/TARGETS.md says what each one
+Each module has ``build(ctx) -> list[dict]`` and a docstring saying what it emits; docs/TARGETS.md says what each one
 enforces natively and what only through node affinity. ``coscheduling`` is the default and its output is
 unchanged from before targets existed.
 """

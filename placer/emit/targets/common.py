@@ -224,11 +224,12 @@ def pod_annotations(ctx: Context, replica: int, inst: InstancePlacement, pod: Po
     """GPU indices, the narrowest domain and the instance's predicted costs (``pod`` None: a template for
     several pods); the replica's figures are replica_annotations."""
     c = ctx.costs[(replica, inst.pool, inst.index)]
+    gbps = c.bottleneck.bandwidth_gbps
     out = {
         "placer.dev/instance-gpus": ";".join(f"{p.node}:{','.join(map(str, p.gpus))}" for p in inst.pods),
         "placer.dev/domain": c.domain,
         "placer.dev/allreduce-us-per-forward-pass": _fmt_us(c.allreduce_us),
-        "placer.dev/bottleneck-gbps": f"{c.ring.bandwidth_gbps:g}" if c.ring.bandwidth_gbps != float("inf") else "none",
+        "placer.dev/bottleneck-gbps": f"{gbps:g}" if gbps != float("inf") else "none",
     }
     if pod is not None:
         out["placer.dev/gpus"] = ",".join(map(str, pod.gpus))

@@ -16,7 +16,6 @@ from placer.emit.targets.controllers import pool_services, stateful_set
 from placer.emit.targets.router import router_docs
 from placer.model.placement import ReplicaPlacement
 
-DESCRIPTION = "kube-scheduler + scheduler-plugins coscheduling PodGroup, StatefulSets of one pinned by node affinity"
 SCHEDULER = "scheduler-plugins-scheduler"
 # The PodGroup's API group is scheduling.x-k8s.io from v0.25 (scheduling.sigs.k8s.io before); the oldest
 # release the suite checks is v0.25.7 (tests/data/crds/upstream/scheduler-plugins-v0.25.7).

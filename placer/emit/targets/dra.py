@@ -40,7 +40,6 @@ from placer.emit.targets.router import router_docs
 from placer.model.errors import InputError
 from placer.model.placement import InstancePlacement, Pod, ReplicaPlacement
 
-DESCRIPTION = "DRA ResourceClaimTemplates selecting the exact GPUs by uuid (CEL), ComputeDomains for multi-node NVLink"
 CLAIM = "gpus"
 CHANNEL = "imex-channel"
 STANDARD = "resource.kubernetes.io"  # the domain of the standard pciBusID attribute

@@ -41,7 +41,6 @@ from placer.emit.targets.router import router_container
 from placer.model.errors import InputError, NameTooLong
 from placer.model.placement import InstancePlacement, ReplicaPlacement
 
-DESCRIPTION = "Dynamo DynamoGraphDeployment per replica: a component per pool (Grove pathway), node sets per pool"
 API_VERSION = "nvidia.com/v1beta1"
 ENABLE_GROVE = "nvidia.com/enable-grove"
 KAI_QUEUE = "nvidia.com/kai-scheduler-queue"

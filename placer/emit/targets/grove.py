@@ -48,7 +48,6 @@ from placer.emit.targets.router import router_pod, router_service
 from placer.model.errors import NameTooLong
 from placer.model.placement import InstancePlacement, ReplicaPlacement
 
-DESCRIPTION = "Grove PodCliqueSet per replica: cliques per role, scaling group per multi-node instance"
 # placer level -> domain name in the ClusterTopologyBinding (Grove's own names where it has one: block, rack,
 # host). A socket packs at its host: no node label names a NUMA node.
 GROVE_DOMAIN = {"socket": "host", "node": "host", "nvlink-domain": "nvlink-domain", "rack": "rack", "leaf": "block"}

@@ -36,7 +36,6 @@ from placer.emit.targets.router import router_docs
 from placer.model.levels import LEVEL_RANK
 from placer.model.placement import InstancePlacement, ReplicaPlacement
 
-DESCRIPTION = "KAI-Scheduler PodGroup (v2alpha2) with subgroups per pool/instance and a Topology"
 SCHEDULER = "kai-scheduler"
 QUEUE = "default-queue"
 QUEUE_LABEL = "kai.scheduler/queue"

@@ -48,7 +48,6 @@ from placer.emit.targets.router import router_docs
 from placer.model.levels import LEVEL_RANK
 from placer.model.placement import InstancePlacement, ReplicaPlacement
 
-DESCRIPTION = "Kueue TAS pod groups: podset required/slice topology annotations, queue label, narrowed affinity"
 QUEUE = "default"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"

@@ -36,7 +36,6 @@ from placer.emit.targets.router import router_docs
 from placer.model.errors import InputError
 from placer.model.placement import InstancePlacement, ReplicaPlacement
 
-DESCRIPTION = "LeaderWorkerSet per instance (leader and workers pinned) under the coscheduling gang"
 OLDEST = "v0.3.0"  # first release with startupPolicy (LeaderCreated)
 REQUIRES = ("LeaderWorkerSet", OLDEST, "has no startupPolicy")
 

@@ -47,7 +47,8 @@ def endpoints(ctx: Context, replica: int) -> dict[str, list[str]]:
         hosts = ctx.pool_hosts(replica, pool)
         out[f"{key}_hosts"] += hosts
         out[f"{key}_urls"] += [f"http://{h}:{port}" for h in hosts]
-    out["port"] = [str(ctx.spec.router.port if ctx.spec.router else 8000)]
+    assert ctx.spec.router is not None
+    out["port"] = [str(ctx.spec.router.port)]
     return out
 
 
@@ -79,7 +80,7 @@ def preset_args(ctx: Context, replica: int) -> list[str]:
             return ["--pd-disaggregation", *_prefill_bootstrap(ctx, replica), *decode, *listen]
         return ["--worker-urls", *ep["worker_urls"], *listen]
     # vllm: a router.args value of the wait wins (clap takes a flag once)
-    if not any(a.split("=")[0] == "--worker-startup-timeout-secs" for a in router.args):
+    if not any(a == WAIT_FLAG or a.startswith(WAIT_FLAG + "=") for a in router.args):
         listen += ["--worker-startup-timeout-secs", str(VLLM_WORKER_WAIT_S)]
     if pd:
         prefill = [a for url in ep["prefill_urls"] for a in ("--prefill", url)]
@@ -91,13 +92,29 @@ def preset_args(ctx: Context, replica: int) -> list[str]:
 # How long a router may take to open its port. vLLM's router opens it only once every engine answers, and
 # gives up (exits, and is restarted) after its --worker-startup-timeout-secs (600 s by default, vllm-router
 # 0.1.17 src/main.rs): placer gives it VLLM_WORKER_WAIT_S, long enough for a large model's weights to load,
-# and the startup probe outlasts that, so liveness never kills a router that is still waiting.
+# and the startup probe outlasts that (or a longer wait router.args sets), so liveness never kills a router
+# that is still waiting.
 VLLM_WORKER_WAIT_S = 1800
 STARTUP_PERIOD_S = 10
-STARTUP_FAILURES = VLLM_WORKER_WAIT_S // STARTUP_PERIOD_S + 6
+WAIT_FLAG = "--worker-startup-timeout-secs"
 
 
-def router_probes(kind: str) -> dict[str, Any]:
+def _args_wait_s(args: list[str]) -> int | None:
+    """The wait ``router.args`` sets for vLLM's router (``--worker-startup-timeout-secs N`` or ``=N``)."""
+    for k, arg in enumerate(args):
+        value = args[k + 1] if arg == WAIT_FLAG and k + 1 < len(args) else arg.partition("=")[2]
+        if (arg == WAIT_FLAG or arg.startswith(WAIT_FLAG + "=")) and value.isdigit():
+            return int(value)
+    return None
+
+
+def startup_failures(args: list[str]) -> int:
+    """Startup-probe failures allowed: past the longest the router may wait for its engines, plus a minute."""
+    wait = max(VLLM_WORKER_WAIT_S, _args_wait_s(args) or 0)
+    return -(-wait // STARTUP_PERIOD_S) + 6
+
+
+def router_probes(kind: str, args: list[str] = ()) -> dict[str, Any]:
     """Readiness where the router says it can serve, liveness on the process alone, and a startup probe
     that gives the port time to open. SGLang's router answers ``/health`` whether or not it has workers
     (sglang-router 0.2.2 ``src/server.rs``: ``health`` is ``liveness``); its ``/readiness`` is 503 until a
@@ -113,7 +130,7 @@ def router_probes(kind: str) -> dict[str, Any]:
         ready = {"tcpSocket": {"port": "http"}}
     return {
         "startupProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": STARTUP_PERIOD_S}
-        | {"failureThreshold": STARTUP_FAILURES},
+        | {"failureThreshold": startup_failures(list(args))},
         "readinessProbe": ready | {"periodSeconds": 10, "failureThreshold": 3},
         "livenessProbe": alive | {"periodSeconds": 20, "failureThreshold": 3},
     }
@@ -203,7 +220,7 @@ def router_container(ctx: Context, replica: int, frontend: bool = False) -> dict
         container["env"] = [e.manifest() for e in router.env]
     container["ports"] = [{"name": "http", "containerPort": router.port}]
     container["resources"] = {"requests": {"cpu": router.cpu, "memory": router.memory}}
-    return container | router_probes(kind)
+    return container | router_probes(kind, router.args)
 
 
 def router_selector(ctx: Context, replica: int) -> dict[str, str]:
@@ -225,7 +242,7 @@ def router_service(ctx: Context, replica: int) -> dict[str, Any]:
     }
 
 
-def router_docs(ctx: Context, rep: ReplicaPlacement, pod_labels: dict[str, str] | None = None) -> list[dict]:
+def router_docs(ctx: Context, rep: ReplicaPlacement) -> list[dict]:
     """The router's Deployment (pinned to its node, which ``placer.dev/node`` records) and Service."""
     if ctx.spec.router is None or rep.router is None:
         return []
@@ -244,7 +261,7 @@ def router_docs(ctx: Context, rep: ReplicaPlacement, pod_labels: dict[str, str] 
             "replicas": 1,
             "selector": {"matchLabels": router_selector(ctx, rep.index)},
             "template": {
-                "metadata": {"labels": lab | (pod_labels or {})},
+                "metadata": {"labels": lab},
                 "spec": router_pod(ctx, rep),
             },
         },

@@ -28,7 +28,6 @@ from placer.emit.targets.router import router_docs
 from placer.model.levels import LEVEL_RANK, LEVELS
 from placer.model.placement import ReplicaPlacement
 
-DESCRIPTION = "Volcano PodGroup (v1beta1) with networkTopology (hard) and subGroupPolicy per pool"
 SCHEDULER = "volcano"
 QUEUE = "default"
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
