@@ -406,6 +406,7 @@ def _run_fleet(
     verify_kept(running, [(p.deployment.spec, p.placement) for p in result.placed], topo)
     result.cost = sum(r.total_units for r in reports)  # the checker's figure, as for a single spec
     by_key = {p.deployment.key: (p, r) for p, r in zip(result.placed, reports, strict=True)}
+    notes += _grove_recompositions(running, by_key, targets, topo.name)
     manifests: list[dict] = []
     for d in deployments:
         if d.key in by_key:
@@ -465,6 +466,22 @@ def in_namespace(spec: ServingTopology, namespace: str) -> ServingTopology:
 
     check_namespace_option(namespace)
     return spec.model_copy(update={"metadata": spec.metadata.model_copy(update={"namespace": namespace})})
+
+
+def _grove_recompositions(running: Sequence[Running], by_key: dict, targets: dict[str, str], cluster: str) -> list[str]:
+    """Under --keep with grove, a kept replica whose PodCliqueSet gains or loses a clique or scaling group:
+    Grove's update webhook will refuse it at apply time, so say so now, with what to do."""
+    from placer.emit.targets.grove import composition_changes
+    from placer.model.running import running_placement
+
+    out = []
+    for run in running:
+        if run.key not in by_key or targets.get(run.key) != "grove":
+            continue
+        placed = by_key[run.key][0]
+        before = running_placement(run, cluster)
+        out += [f"{run.key}: {c}" for c in composition_changes(placed.deployment.spec, before, placed.placement)]
+    return out
 
 
 def targets_for(given: str | None, keys: Sequence[str], running: Sequence[Running]) -> dict[str, str]:

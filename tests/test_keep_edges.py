@@ -217,3 +217,32 @@ def test_plan_refuses_a_pending_spec_that_already_runs(tmp_path):
     r = run("plan", "--from", record, again, cluster)
     assert r.returncode == 2 and "already runs" in r.stderr and "--keep" in r.stderr
     assert load_specs(again)  # the file itself is fine
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_grove_rescale_that_changes_a_podcliquesets_cliques_is_flagged_before_apply(tmp_path):
+    """Grove's update webhook refuses a PodCliqueSet whose cliques or scaling groups change ("not allowed to
+    change clique composition"). A second TP16 instance adds a scaling group and two cliques to the running
+    replica's PodCliqueSet: placer says so, with what to do, before kubectl finds out. The same re-solve of
+    an unchanged spec, or under a target with objects per instance, says nothing of the kind."""
+    spec = ROOT / "fixtures" / "specs" / "tp16-multinode.yaml"
+    cluster = ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"
+    record = tmp_path / "running.json"
+    assert run("solve", spec, cluster, "-t", "grove", "--placement", record, "-q").returncode == 0
+    doc = yaml.safe_load(spec.read_text())
+    doc["pools"]["aggregated"]["instances"] = 2
+    two = tmp_path / "two.yaml"
+    two.write_text(yaml.safe_dump(doc))
+    out = run("solve", two, cluster, "--keep", record, "-t", "grove")
+    assert out.returncode == 0, out.stderr
+    said = " ".join(out.stderr.split())
+    assert "PodCliqueSet llama-405b-r0 adds cliques aggregated-1-p0, aggregated-1-p1" in said
+    assert "kubectl delete podcliqueset llama-405b-r0" in said
+    same = run("solve", spec, cluster, "--keep", record, "-t", "grove")
+    assert same.returncode == 0 and "clique composition" not in same.stderr
+    other = tmp_path / "other.json"
+    assert run("solve", spec, cluster, "--placement", other, "-q").returncode == 0
+    per_pod = run("solve", two, cluster, "--keep", other)
+    assert per_pod.returncode == 0 and "clique composition" not in per_pod.stderr

@@ -26,9 +26,6 @@ from placer.model.spec import ServingTopology
 from placer.topology.graph import Topology
 
 GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
-# Environment every engine container gets, for engine flags to reference as $(NAME): the pod's rank inside
-# its instance (0 = the leader, which serves the HTTP API), the instance's pod count, and the leader's DNS
-# name (multi-node instances only), which the distributed runtime rendezvous at.
 ROUTER_ROLE = "placer.dev/role"  # "router" on the router's objects and pod
 RANK_LABEL = "placer.dev/rank"  # a pod's rank in its instance, on pods a controller makes one per rank
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -137,8 +134,7 @@ class Context:
         return self.nodes_domain([p for i in rep.instances for p in i.pods])
 
     def gang_name(self, replica: int) -> str:
-        """The replica's gang object name, which every member pod names too."""
-        return f"{self.name}-r{replica}"
+        return gang_name(self.name, replica)
 
     def gang_metadata(self, replica: int, name: str | None = None, extra_labels: dict[str, str] | None = None) -> dict:
         """Metadata of a replica's gang object (PodGroup, PodCliqueSet): it carries what explain reads back."""
@@ -169,13 +165,12 @@ TOPOLOGY_LABELS = {
 
 
 def labels(spec: ServingTopology, replica: int, component: str) -> dict[str, str]:
-    """A replica's object labels. ``placer.dev/deployment`` repeats the name because operators that make the
-    pods (Grove) overwrite ``app.kubernetes.io/name``, ``component``, ``part-of`` and ``managed-by`` on them,
-    and read-back must still find them; ``app.kubernetes.io/instance`` survives (Grove's podclique.go)."""
+    """A replica's object labels. ``placer.dev/deployment`` repeats the name: Grove overwrites app.kubernetes.io's
+    name, component, part-of and managed-by on its pods (podclique.go), and read-back must still find them."""
     name = spec.metadata.name
     out = {
         "app.kubernetes.io/name": name,
-        "app.kubernetes.io/instance": f"{name}-r{replica}",
+        "app.kubernetes.io/instance": gang_name(name, replica),
         "app.kubernetes.io/component": component,
         "app.kubernetes.io/part-of": name,
         "app.kubernetes.io/managed-by": "placer",
@@ -218,6 +213,11 @@ def pod_name(spec: ServingTopology, replica: int, inst: InstancePlacement, pod_i
 
 def _fmt_us(us: float) -> str:
     return f"{us:.1f}"
+
+
+def gang_name(deployment: str, replica: int) -> str:
+    """A replica's gang object name (PodGroup, PodCliqueSet, ...), which every member pod names too."""
+    return f"{deployment}-r{replica}"
 
 
 def pod_annotations(ctx: Context, replica: int, inst: InstancePlacement, pod: Pod | None) -> dict[str, str]:
