@@ -118,8 +118,10 @@ def test_a_ring_across_nodes_runs_one_ring_per_rail():
     drives one rail; a ring inside a node (or an NVLink domain) has no rails to add."""
     rack = PathFigures(50.0, 2.0, "rack")
     assert cost.ring_lanes(8, 8) == 8 and cost.ring_lanes(1, 8) == 1 and cost.ring_lanes(4, 2) == 2
-    assert cost.ring_over_rails(rack, 8, 900.0) == PathFigures(400.0, 2.0, "rack")
-    assert cost.ring_over_rails(rack, 8, 64.0) == PathFigures(64.0, 2.0, "rack")  # a PCIe node caps it
-    assert cost.ring_over_rails(rack, 1, 900.0) == rack
+    assert cost.ring_over_rails(rack, 8, 50.0, 900.0) == PathFigures(400.0, 2.0, "rack")
+    assert cost.ring_over_rails(rack, 8, 50.0, 64.0) == PathFigures(64.0, 2.0, "rack")  # a PCIe node caps it
+    # a two-socket PCIe node: the 32 GB/s socket crossing is inside the node, not a rail: it caps, once
+    assert cost.ring_over_rails(PathFigures(32.0, 2.0, "rack"), 2, 50.0, 32.0) == PathFigures(32.0, 2.0, "rack")
+    assert cost.ring_over_rails(rack, 1, 50.0, 900.0) == rack
     node = PathFigures(900.0, 0.5, "node")
-    assert cost.ring_over_rails(node, 8, 900.0) == node
+    assert cost.ring_over_rails(node, 8, 900.0, 900.0) == node

@@ -710,3 +710,31 @@ def test_a_tp16_over_two_nodes_is_priced_at_every_rail():
     assert inst.ring_lanes == 8 and inst.ring_gbps == 400
     msg = inst.message_bytes
     assert inst.allreduce_us_per_call == pytest.approx(cost.ring_allreduce_us(16, msg, 400.0, inst.link.latency_us))
+
+
+def test_a_ring_across_two_socket_pcie_nodes_is_priced_alike_by_solver_and_checker(tmp_path):
+    """A TP4 over two PCIe nodes (nodeCount 2 x 2 GPUs) on small-mixed: the rings cross the rails twice side
+    by side, but every node's own links, the socket crossing included, are the solver's cap; the checker
+    took only the GPUs' own socket and multiplied the socket crossing by the rails, so the two disagreed
+    and the run lost its proof. Now they agree, and the run is optimal."""
+    import yaml
+
+    doc = {
+        "apiVersion": "placer.dev/v1alpha1", "kind": "ServingTopology", "metadata": {"name": "pcie-tp4"},
+        "model": {"layers": 32, "hiddenSize": 4096, "kvHeads": 8, "headDim": 128},
+        "pools": {"aggregated": {
+            "instances": 1, "tensorParallel": 4, "nodeCount": 2, "gpusPerNode": 2,
+            "gpu": {"product": "NVIDIA-A100-PCIE-40GB"}, "placement": {"required": "spine"},
+            "template": {"image": "example.com/engine:1"},
+        }},
+    }  # fmt: skip
+    path = tmp_path / "pcie.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    spec = load_spec(path)
+    topo = build_topology(load_cluster(ROOT / "fixtures" / "clusters" / "small-mixed.yaml"))
+    placement = solve(build_problem(spec, topo), SolveOptions())
+    report = check(spec, topo, placement)
+    assert report.violations == [] and report.total_units == placement.stats.objective
+    assert placement.stats.status == "optimal"
+    (inst,) = explain_placement(spec, topo, placement).instances
+    assert len(inst.pods) == 2 and inst.ring_lanes == 2

@@ -97,16 +97,24 @@ def stage_figures(
     spec: ServingTopology, topo: Topology, pool_name: str, gpus: list[tuple[int, int]]
 ) -> cost.PathFigures:
     """One TP group's ring: its subtree's figures, and across the network one ring per rail
-    (``ring_lanes_of``), capped by the slowest link inside a node."""
+    (``ring_lanes_of``): the links above its nodes carry that many rails, each node's own links (all of
+    them, socket crossings included, as the solver prices a node) every ring at their rate."""
     fig = steiner_figures(topo, gpus)
     lanes = ring_lanes_of(spec, topo, pool_name, gpus)
     if fig.level not in cost.NETWORK_LEVELS or lanes <= 1:
         return fig
-    per_node: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for n, g in gpus:
-        per_node[n].append((n, g))
-    inner = min(steiner_figures(topo, own).bandwidth_gbps for own in per_node.values())
-    return cost.ring_over_rails(fig, lanes, inner)
+    nodes = sorted({n for n, _ in gpus})
+    top = topo.lowest_common(sorted({topo.gpu_domain(n, g) for n, g in gpus}))
+    network = float("inf")
+    for n in nodes:
+        below = topo.node_domain[n]
+        while below != top:
+            above = topo.domains[below].parent
+            assert above is not None
+            network = min(network, topo.graph.edges[below, above]["bandwidth_gbps"])
+            below = above
+    inner = min(steiner_figures(topo, [(n, g.index) for g in topo.nodes[n].gpus]).bandwidth_gbps for n in nodes)
+    return cost.ring_over_rails(fig, lanes, network, inner)
 
 
 def kv_route(topo: Topology, gpus: list[tuple[int, int]], src: int, dst: int) -> cost.PathFigures:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from placer.model.levels import LEVEL_RANK
 from placer.model.spec import Pool, ServingTopology
-from placer.solver.figures import domain_figures, free_in, worst_figures
+from placer.solver.figures import domain_figures, free_in, network_gbps, worst_figures
 from placer.solver.layout import Layout
 from placer.topology import cost
 from placer.topology.graph import Topology
@@ -174,8 +174,11 @@ def _multi_node_candidates(
             min(f.bandwidth_gbps for f in node_figs), max(f.latency_us for f in node_figs), "node"
         )
         span = worst_figures(topo, dom_id, fit, memo)
-        lanes = cost.ring_lanes(g, topo.rails_per_node)
-        ring = stage_ring if pool.tensor_parallel <= g else cost.ring_over_rails(span, lanes, stage_ring.bandwidth_gbps)
+        if pool.tensor_parallel <= g:
+            ring = stage_ring
+        else:
+            lanes = cost.ring_lanes(g, topo.rails_per_node)
+            ring = cost.ring_over_rails(span, lanes, network_gbps(topo, dom_id, fit), stage_ring.bandwidth_gbps)
         out.append(_candidate(topo, spec, pool, dom, ring, span, msg, "container"))
     return tuple(out)
 

@@ -68,6 +68,24 @@ def worst_figures(topo: Topology, domain: str, nodes: list[int], memo: dict) -> 
     return cost.PathFigures(bw, lat, topo.domains[domain].level)
 
 
+def network_gbps(topo: Topology, domain: str, nodes: list[int]) -> float:
+    """The slowest link between these nodes and ``domain``, above the nodes themselves: what rings across
+    them take per rail (cost.ring_over_rails)."""
+    shared = topo.cached("network figures", dict)
+    bw = float("inf")
+    for n in nodes:
+        key = (n, domain)
+        if key not in shared:
+            current, slowest = topo.node_domain[n], float("inf")
+            while current != domain:
+                dom = topo.domains[current]
+                slowest = min(slowest, dom.up[0])
+                current = dom.parent  # type: ignore[assignment]
+            shared[key] = slowest
+        bw = min(bw, shared[key])
+    return bw
+
+
 def domain_figures(topo: Topology, dom_id: str, nodes: list[int], memo: dict) -> cost.PathFigures:
     """Ring figures inside a domain over these nodes: the unit's own links for a node or socket, the worst
     path up to the domain for anything broader."""

@@ -102,12 +102,13 @@ def ring_lanes(gpus_per_node: int, rails_per_node: int) -> int:
     return max(1, min(gpus_per_node, rails_per_node))
 
 
-def ring_over_rails(ring: PathFigures, lanes: int, inner_gbps: float) -> PathFigures:
-    """A ring across nodes with ``lanes`` rings side by side: its network hop carries ``lanes`` rails, but
-    no more than the slowest link inside a node (``inner_gbps``), which every ring also crosses."""
+def ring_over_rails(ring: PathFigures, lanes: int, network_gbps: float, inner_gbps: float) -> PathFigures:
+    """A ring across nodes with ``lanes`` rings side by side: the links above the nodes (``network_gbps``,
+    the slowest, per rail) carry ``lanes`` rails, the links inside a node (``inner_gbps``, the node's
+    slowest, socket crossings included) carry every ring at their own rate."""
     if ring.level not in NETWORK_LEVELS or lanes <= 1:
         return ring
-    return PathFigures(min(ring.bandwidth_gbps * lanes, inner_gbps), ring.latency_us, ring.level)
+    return PathFigures(min(network_gbps * lanes, inner_gbps), ring.latency_us, ring.level)
 
 
 def kv_lanes(path: PathFigures, src_gpus: int, dst_gpus: int, rails_per_node: int) -> int:
