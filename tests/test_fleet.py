@@ -581,3 +581,26 @@ def test_keep_and_plan_name_the_cluster_a_record_was_placed_on(tmp_path):
     ):
         r = run(*args)
         assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_batch_claims_no_bound_once_the_checker_reprices_a_placement(monkeypatch):
+    """The batch's lower bound is in the solver's figures; where the checker prices some placement
+    differently (a domain's links unlike what the solver assumed), that bound bounds nothing the batch
+    reports, so it is dropped with a note, as a single solve's gate drops its own."""
+    import placer.check.gate as gate
+
+    specs = [FIX / "specs" / "aggregated-tp8.yaml", FIX / "specs" / "llama-70b-disagg.yaml"]
+    honest = run_fleet(specs, DGX, OPTS, keep_paths=[])
+    assert honest.fleet.bound is not None and honest.fleet.bound <= honest.fleet.cost
+    real = gate.check
+
+    def repriced(spec, topo, placement):
+        report = real(spec, topo, placement)
+        report.queue_units += 1 if spec.metadata.name == "llama-70b" else 0
+        return report
+
+    monkeypatch.setattr(gate, "check", repriced)
+    res = run_fleet(specs, DGX, OPTS, keep_paths=[])
+    assert res.fleet.cost == honest.fleet.cost + 1
+    assert res.fleet.bound is None and res.fleet.gap is None
+    assert any("no lower bound claimed" in n for n in res.notes)
