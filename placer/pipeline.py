@@ -412,7 +412,7 @@ def _run_fleet(
         result.bound = None
         notes.append("the solver's figures differ from the checker's for some placement: no lower bound claimed")
     by_key = {p.deployment.key: (p, r) for p, r in zip(result.placed, reports, strict=True)}
-    notes += _grove_recompositions(running, by_key, targets, topo.name)
+    notes += _grove_refusals(running, by_key, targets, base, nccl, target_version)
     manifests: list[dict] = []
     for d in deployments:
         if d.key in by_key:
@@ -474,19 +474,25 @@ def in_namespace(spec: ServingTopology, namespace: str) -> ServingTopology:
     return spec.model_copy(update={"metadata": spec.metadata.model_copy(update={"namespace": namespace})})
 
 
-def _grove_recompositions(running: Sequence[Running], by_key: dict, targets: dict[str, str], cluster: str) -> list[str]:
-    """Under --keep with grove, a kept replica whose PodCliqueSet gains or loses a clique or scaling group:
-    Grove's update webhook will refuse it at apply time, so say so now, with what to do."""
-    from placer.emit.targets.grove import composition_changes
+def _grove_refusals(
+    running: Sequence[Running], by_key: dict, targets: dict[str, str], topo: Topology, nccl: bool | None, version
+) -> list[str]:
+    """Under --keep with grove, a running replica's PodCliqueSet whose immutable fields the re-solve changes:
+    Grove's update webhook will refuse it at apply time, so say so now, with what to do. What ran is
+    rebuilt from its record or manifests (a bare pod list does not say which cliques its pods came from)."""
+    from placer.emit.manifests import build_manifests
+    from placer.emit.targets.grove import refused_updates
     from placer.model.running import running_placement
 
     out = []
     for run in running:
-        if run.key not in by_key or targets.get(run.key) != "grove":
+        if run.key not in by_key or targets.get(run.key) != "grove" or run.spec is None:
             continue
-        placed = by_key[run.key][0]
-        before = running_placement(run, cluster)
-        out += [f"{run.key}: {c}" for c in composition_changes(placed.deployment.spec, before, placed.placement)]
+        placed, report = by_key[run.key]
+        before_pl = running_placement(run, topo.name)
+        before = build_manifests(run.spec, topo, before_pl, check_fleet_one(topo, run.spec, before_pl), "grove")
+        after = build_manifests(placed.deployment.spec, topo, placed.placement, report, "grove", nccl, version)
+        out += [f"{run.key}: {c}" for c in refused_updates(before, after)]
     return out
 
 
@@ -656,6 +662,11 @@ def run_autoscale(
     if pinned:
         verify_kept(running, [(after_spec, placement)], topo)
     after = named(spec_path, build_manifests, after_spec, keep.topology, placement, report, **emit)
+    if emit["target"] == "grove":
+        from placer.emit.targets.grove import refused_updates
+
+        for refused in refused_updates(before, after):
+            progress(f"{key}: warning: {refused}")
     moves = _moves(mine.instances, placement)
     return AutoscaleResult(after_spec, decision, observed, *_diff(before, after), moves, placement, emit["target"])
 

@@ -322,6 +322,27 @@ def test_a_scale_out_follows_the_target_the_running_manifests_were_written_for(t
     # and every running object is still in the full set, so nothing of the running deployment is pruned
     assert {_key(doc) for doc in _docs(placed.stdout)} <= {_key(doc) for doc in _docs(proc.stdout)}
     assert json.loads(d.read_text())["objects"]["prune"] == []
+    if target == "grove":  # a PodCliqueSet whose cliques or topology constraint change is flagged before apply
+        old = {
+            doc["metadata"]["name"]: doc["spec"]["template"]
+            for doc in _docs(placed.stdout)
+            if doc["kind"] == "PodCliqueSet"
+        }
+        new = {
+            doc["metadata"]["name"]: doc["spec"]["template"]
+            for doc in _docs(proc.stdout)
+            if doc["kind"] == "PodCliqueSet"
+        }
+        frozen = [
+            name
+            for name, t in new.items()
+            if name in old
+            and (
+                t.get("topologyConstraint") != old[name].get("topologyConstraint")
+                or sorted(c["name"] for c in t["cliques"]) != sorted(c["name"] for c in old[name]["cliques"])
+            )
+        ]
+        assert ("does not allow on an update" in proc.stderr) == bool(frozen), proc.stderr
     other = run("autoscale", SPEC, cluster, "--keep", running, "--now", "60", "-t", "kai")
     assert_clean_failure(other, 2)
     assert f"written for --target {target}" in other.stderr and f"-t {target}" in other.stderr

@@ -223,10 +223,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_a_grove_rescale_that_changes_a_podcliquesets_cliques_is_flagged_before_apply(tmp_path):
-    """Grove's update webhook refuses a PodCliqueSet whose cliques or scaling groups change ("not allowed to
-    change clique composition"). A second TP16 instance adds a scaling group and two cliques to the running
-    replica's PodCliqueSet: placer says so, with what to do, before kubectl finds out. The same re-solve of
-    an unchanged spec, or under a target with objects per instance, says nothing of the kind."""
+    """Grove's update webhook refuses a PodCliqueSet whose cliques, scaling groups or topology constraints
+    change. A second TP16 instance adds a scaling group and two cliques to the running replica's
+    PodCliqueSet: placer says so, with what to do, before kubectl finds out. The same re-solve of an
+    unchanged spec, or under a target with objects per instance, says nothing of the kind."""
     spec = ROOT / "fixtures" / "specs" / "tp16-multinode.yaml"
     cluster = ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"
     record = tmp_path / "running.json"
@@ -238,11 +238,41 @@ def test_a_grove_rescale_that_changes_a_podcliquesets_cliques_is_flagged_before_
     out = run("solve", two, cluster, "--keep", record, "-t", "grove")
     assert out.returncode == 0, out.stderr
     said = " ".join(out.stderr.split())
-    assert "PodCliqueSet llama-405b-r0 adds cliques aggregated-1-p0, aggregated-1-p1" in said
+    assert "PodCliqueSet llama-405b-r0 changes its cliques, scaling groups," in said
     assert "kubectl delete podcliqueset llama-405b-r0" in said
     same = run("solve", spec, cluster, "--keep", record, "-t", "grove")
-    assert same.returncode == 0 and "clique composition" not in same.stderr
+    assert same.returncode == 0 and "does not allow" not in same.stderr
     other = tmp_path / "other.json"
     assert run("solve", spec, cluster, "--placement", other, "-q").returncode == 0
     per_pod = run("solve", two, cluster, "--keep", other)
-    assert per_pod.returncode == 0 and "clique composition" not in per_pod.stderr
+    assert per_pod.returncode == 0 and "does not allow" not in per_pod.stderr
+
+
+def test_grove_refuses_exactly_the_fields_its_webhook_holds_immutable():
+    """Read from Grove's podcliqueset.go: a clique's replicas and pod template may change on an update; its
+    topology constraint, minAvailable, startsAfter and the startup type may not."""
+    import copy
+
+    from fixtures_solved import solved_fixture
+
+    from placer.emit.manifests import build_manifests
+    from placer.emit.targets.grove import refused_updates
+
+    spec, topo, placement, report = solved_fixture("llama-70b-disagg")
+    before = build_manifests(spec, topo, placement, report, target="grove")
+    (pcs,) = [d for d in before if d["kind"] == "PodCliqueSet"]
+
+    def changed(edit) -> list[str]:
+        doc = copy.deepcopy(pcs)
+        edit(doc["spec"]["template"])
+        return refused_updates(before, [doc])
+
+    def grow(t):
+        t["cliques"][-1]["spec"]["replicas"] += 1
+        t["cliques"][-1]["spec"]["podSpec"]["containers"][0]["image"] = "example.com/other:2"
+
+    assert changed(grow) == []
+    assert "topology constraint" in changed(lambda t: t["topologyConstraint"]["pack"].update(required="zone"))[0]
+    assert "clique settings" in changed(lambda t: t["cliques"][-1]["spec"].update(minAvailable=2))[0]
+    assert "startup order" in changed(lambda t: t.update(cliqueStartupType="CliqueStartupTypeExplicit"))[0]
+    assert "cliques" in changed(lambda t: t["cliques"].pop())[0]

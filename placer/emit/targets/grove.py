@@ -36,7 +36,6 @@ from placer.emit.targets.common import (
     Context,
     dns_label,
     engine_container,
-    gang_name,
     hostname,
     instance_labels,
     labels,
@@ -47,8 +46,7 @@ from placer.emit.targets.controllers import pool_services
 from placer.emit.targets.nccl import instance_settings
 from placer.emit.targets.router import router_pod, router_service
 from placer.model.errors import NameTooLong
-from placer.model.placement import InstancePlacement, Placement, ReplicaPlacement
-from placer.model.spec import ServingTopology
+from placer.model.placement import InstancePlacement, ReplicaPlacement
 
 # placer level -> domain name in the ClusterTopologyBinding (Grove's own names where it has one: block, rack,
 # host). A socket packs at its host: no node label names a NUMA node.
@@ -145,48 +143,56 @@ def _pod_clique_name(inst: InstancePlacement, j: int) -> str:
     return f"{inst.pool}-{inst.index}-p{j}"
 
 
-def composition(spec: ServingTopology, rep: ReplicaPlacement) -> tuple[list[str], list[str]]:
-    """A replica's PodCliqueSet by its clique and scaling-group names, which Grove's update webhook forbids
-    to change ("not allowed to change clique composition"): the router, a clique per pool with single-node
-    instances, a scaling group of one clique per pod for each multi-node instance."""
-    cliques = ["router"] if spec.router is not None and rep.router is not None else []
-    groups = []
-    for pool in sorted({i.pool for i in rep.instances}):
-        members = sorted((i for i in rep.instances if i.pool == pool), key=lambda i: i.index)
-        if any(len(i.pods) == 1 for i in members):
-            cliques.append(pool)
-        for inst in (i for i in members if len(i.pods) > 1):
-            groups.append(f"{inst.pool}-{inst.index}")
-            cliques += [_pod_clique_name(inst, j) for j in range(len(inst.pods))]
-    return cliques, groups
+def _frozen(pcs: dict[str, Any]) -> dict[str, Any]:
+    """What Grove's update webhook refuses to change in a PodCliqueSet (Grove's
+    operator/internal/webhook/admission/pcs/validation/podcliqueset.go: clique and scaling-group composition,
+    a clique's roleName, minAvailable, startsAfter and schedulerName, a group's cliqueNames and minAvailable,
+    the startup type, and every topology constraint)."""
+    t = pcs["spec"]["template"]
+    groups = t.get("podCliqueScalingGroups", [])
+    return {
+        "cliques": sorted(c["name"] for c in t["cliques"]),
+        "scaling groups": sorted(g["name"] for g in groups),
+        "clique settings": {
+            c["name"]: [c["spec"].get(k) for k in ("roleName", "minAvailable", "startsAfter")]
+            + [c["spec"]["podSpec"].get("schedulerName")]
+            for c in t["cliques"]
+        },
+        "scaling-group settings": {
+            g["name"]: [g["cliqueNames"], g.get("minAvailable"), g.get("topologyConstraint")] for g in groups
+        },
+        "startup order": t.get("cliqueStartupType"),
+        "topology constraint": t.get("topologyConstraint"),
+    }
 
 
-def composition_changes(spec: ServingTopology, before: Placement, after: Placement) -> list[str]:
-    """What a --keep re-solve under grove changes in the composition of a replica that runs: one sentence per
-    PodCliqueSet, saying what to do, since the webhook will refuse the update."""
-    old = {rep.index: rep for rep in before.replicas}
+def _differs(a: Any, b: Any) -> bool:
+    """Settings per clique or group differ where both have it (a new or dropped one is a composition change)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return any(a[k] != b[k] for k in a.keys() & b.keys())
+    return a != b
+
+
+def refused_updates(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[str]:
+    """Each PodCliqueSet of ``after`` that exists in ``before`` with a field Grove's webhook holds immutable
+    changed: one sentence each, with what to do, so that it is said before ``kubectl apply`` is refused."""
+    old = {
+        (d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in before if d.get("kind") == "PodCliqueSet"
+    }
     out = []
-    for rep in after.replicas:
-        if rep.index not in old:
+    for doc in after:
+        key = (doc["metadata"].get("namespace"), doc["metadata"]["name"]) if doc.get("kind") == "PodCliqueSet" else None
+        if key not in old:
             continue
-        (c0, g0), (c1, g1) = composition(spec, old[rep.index]), composition(spec, rep)
-        if (sorted(c0), sorted(g0)) == (sorted(c1), sorted(g1)):
-            continue
-        added, dropped = sorted(set(c1) - set(c0)), sorted(set(c0) - set(c1))
-        what = "; ".join(
-            x
-            for x in (
-                f"adds cliques {', '.join(added)}" if added else "",
-                f"drops {', '.join(dropped)}" if dropped else "",
+        a, b = _frozen(old[key]), _frozen(doc)
+        changed = [k for k in a if _differs(a[k], b[k])]
+        if changed:
+            name = key[1]
+            out.append(
+                f"PodCliqueSet {name} changes its {', '.join(changed)}, which Grove's webhook does not allow on "
+                f"an update: `kubectl delete podcliqueset {name}` first (the replica restarts), or use a target "
+                "with objects per instance (coscheduling, kai, volcano, kueue, lws)"
             )
-            if x
-        )
-        pcs = gang_name(spec.metadata.name, rep.index)
-        out.append(
-            f"PodCliqueSet {pcs} {what}: Grove's webhook refuses a change of clique composition, so "
-            f"`kubectl delete podcliqueset {pcs}` first (the replica restarts), or use a target with objects "
-            "per instance (coscheduling, kai, volcano, kueue, lws)"
-        )
     return out
 
 
