@@ -13,6 +13,7 @@ from test_fleet import OPTS, _cluster, _spec_doc, _write_specs, leaf_cluster
 from placer.emit.manifests import records_text
 from placer.emit.readback import load_running
 from placer.model.load import load_cluster, load_specs
+from placer.model.spec import ServingTopology
 from placer.pipeline import run_fleet
 from placer.solver.plan import plan
 from placer.topology.build import build_topology
@@ -276,3 +277,27 @@ def test_grove_refuses_exactly_the_fields_its_webhook_holds_immutable():
     assert "clique settings" in changed(lambda t: t["cliques"][-1]["spec"].update(minAvailable=2))[0]
     assert "startup order" in changed(lambda t: t.update(cliqueStartupType="CliqueStartupTypeExplicit"))[0]
     assert "cliques" in changed(lambda t: t["cliques"].pop())[0]
+
+
+def test_an_unequal_split_is_not_kept_for_an_engine_preset():
+    """A custom engine may run TP8 as 6 + 2 GPUs on two nodes; an engine preset splits evenly (vLLM's
+    --nnodes), and the checker refuses anything else. A spec that switched such a deployment to a preset
+    pinned the running 6 + 2 instance anyway, and the checker then refused placer's own answer (exit 3):
+    it is now dropped from what is kept (re-placed), and said so."""
+    from placer.model.placement import InstancePlacement, Pod
+    from placer.model.running import Running
+    from placer.solver.keep import plan_keep
+
+    topo = build_topology(load_cluster(ROOT / "fixtures" / "clusters" / "small-mixed.yaml"))
+    doc = yaml.safe_load((ROOT / "fixtures" / "specs" / "aggregated-tp8.yaml").read_text())
+    doc["replicas"] = 1
+    doc.pop("spread", None)
+    doc["pools"]["aggregated"]["placement"] = {"required": "rack"}
+    split = InstancePlacement("aggregated", 0, (Pod("dgx-a", (0, 1, 3, 4, 6, 7)), Pod("dgx-b", (0, 1))), "rack/r1")
+    for engine, kept in (("custom", True), ("vllm", False)):
+        doc["pools"]["aggregated"]["template"]["engine"] = engine
+        spec = ServingTopology.model_validate(doc)
+        run = Running("default", "llama-70b-agg", "test", {(0, "aggregated", 0): split}, spec=spec)
+        plan = plan_keep([run], [spec], topo)
+        assert (list(plan.kept["default/llama-70b-agg"].instances) == [(0, "aggregated", 0)]) == kept
+        assert ("default/llama-70b-agg" in plan.dropped) != kept

@@ -80,6 +80,8 @@ def plan_keep(running: list[Running], specs: list[ServingTopology], topo: Topolo
                 and sum(len(pod.gpus) for pod in inst.pods) == p.gpus_per_instance
                 # a multi-node instance keeps its layout: nodeCount pods of gpusPerNode GPUs
                 and (p.node_count is None or [len(pod.gpus) for pod in inst.pods] == [p.gpus_per_node] * p.node_count)
+                # an engine preset splits evenly over its pods' nodes (the checker refuses anything else)
+                and (p.template.engine == "custom" or len({len(pod.gpus) for pod in inst.pods}) == 1)
             )
             if fits:
                 keep[(k, pool, i)] = inst
