@@ -412,14 +412,15 @@ def _run_fleet(
         result.bound = None
         notes.append("the solver's figures differ from the checker's for some placement: no lower bound claimed")
     by_key = {p.deployment.key: (p, r) for p, r in zip(result.placed, reports, strict=True)}
-    notes += _grove_refusals(running, by_key, targets, base, nccl, target_version)
-    manifests: list[dict] = []
+    built: dict[str, list[dict]] = {}
     for d in deployments:
         if d.key in by_key:
             p, report = by_key[d.key]
-            manifests += named(
+            built[d.key] = named(
                 d.source, build_manifests, d.spec, base, p.placement, report, targets[d.key], nccl, target_version
             )
+    notes += _grove_refusals(running, built, targets, base)
+    manifests = [doc for docs in built.values() for doc in docs]
     return FleetSolveResult(result, base, reports, without_repeats(manifests), notes, targets)
 
 
@@ -475,7 +476,7 @@ def in_namespace(spec: ServingTopology, namespace: str) -> ServingTopology:
 
 
 def _grove_refusals(
-    running: Sequence[Running], by_key: dict, targets: dict[str, str], topo: Topology, nccl: bool | None, version
+    running: Sequence[Running], built: dict[str, list[dict]], targets: dict[str, str], topo: Topology
 ) -> list[str]:
     """Under --keep with grove, a running replica's PodCliqueSet whose immutable fields the re-solve changes:
     Grove's update webhook will refuse it at apply time, so say so now, with what to do. What ran is
@@ -486,13 +487,11 @@ def _grove_refusals(
 
     out = []
     for run in running:
-        if run.key not in by_key or targets.get(run.key) != "grove" or run.spec is None:
+        if run.key not in built or targets.get(run.key) != "grove" or run.spec is None:
             continue
-        placed, report = by_key[run.key]
         before_pl = running_placement(run, topo.name)
         before = build_manifests(run.spec, topo, before_pl, check_fleet_one(topo, run.spec, before_pl), "grove")
-        after = build_manifests(placed.deployment.spec, topo, placed.placement, report, "grove", nccl, version)
-        out += [f"{run.key}: {c}" for c in refused_updates(before, after)]
+        out += [f"{run.key}: {c}" for c in refused_updates(before, built[run.key])]
     return out
 
 
