@@ -15,6 +15,7 @@ The image is pinned per kind (``ROUTER_IMAGES``); ``router.image`` overrides it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from placer.emit.targets.common import ROUTER_ROLE, Context, affinity, hostname, labels
@@ -81,7 +82,7 @@ def preset_args(ctx: Context, replica: int) -> list[str]:
         return ["--worker-urls", *ep["worker_urls"], *listen]
     # vllm: a router.args value of the wait wins (clap takes a flag once)
     if not any(a == WAIT_FLAG or a.startswith(WAIT_FLAG + "=") for a in router.args):
-        listen += ["--worker-startup-timeout-secs", str(VLLM_WORKER_WAIT_S)]
+        listen += [WAIT_FLAG, str(VLLM_WORKER_WAIT_S)]
     if pd:
         prefill = [a for url in ep["prefill_urls"] for a in ("--prefill", url)]
         decode = [a for url in ep["decode_urls"] for a in ("--decode", url)]
@@ -99,7 +100,7 @@ STARTUP_PERIOD_S = 10
 WAIT_FLAG = "--worker-startup-timeout-secs"
 
 
-def _args_wait_s(args: list[str]) -> int | None:
+def _args_wait_s(args: Sequence[str]) -> int | None:
     """The wait ``router.args`` sets for vLLM's router (``--worker-startup-timeout-secs N`` or ``=N``)."""
     for k, arg in enumerate(args):
         value = args[k + 1] if arg == WAIT_FLAG and k + 1 < len(args) else arg.partition("=")[2]
@@ -108,13 +109,13 @@ def _args_wait_s(args: list[str]) -> int | None:
     return None
 
 
-def startup_failures(args: list[str]) -> int:
+def startup_failures(args: Sequence[str]) -> int:
     """Startup-probe failures allowed: past the longest the router may wait for its engines, plus a minute."""
     wait = max(VLLM_WORKER_WAIT_S, _args_wait_s(args) or 0)
     return -(-wait // STARTUP_PERIOD_S) + 6
 
 
-def router_probes(kind: str, args: list[str] = ()) -> dict[str, Any]:
+def router_probes(kind: str, args: Sequence[str] = ()) -> dict[str, Any]:
     """Readiness where the router says it can serve, liveness on the process alone, and a startup probe
     that gives the port time to open. SGLang's router answers ``/health`` whether or not it has workers
     (sglang-router 0.2.2 ``src/server.rs``: ``health`` is ``liveness``); its ``/readiness`` is 503 until a
@@ -130,7 +131,7 @@ def router_probes(kind: str, args: list[str] = ()) -> dict[str, Any]:
         ready = {"tcpSocket": {"port": "http"}}
     return {
         "startupProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": STARTUP_PERIOD_S}
-        | {"failureThreshold": startup_failures(list(args))},
+        | {"failureThreshold": startup_failures(args)},
         "readinessProbe": ready | {"periodSeconds": 10, "failureThreshold": 3},
         "livenessProbe": alive | {"periodSeconds": 20, "failureThreshold": 3},
     }
