@@ -581,3 +581,28 @@ def test_running_manifests_say_whether_they_carry_placers_nccl_values(tmp_path, 
     path.write_text(placed.stdout)
     (running,) = load_running([path])
     assert running.nccl is (nccl == "--nccl")
+
+
+def test_a_grove_scale_out_that_widens_the_packed_domain_is_flagged_before_apply(tmp_path):
+    """The running replica sits on n3 alone (its PodCliqueSet packs at host level). With n3's last two GPUs
+    taken, the new prefill instance goes to the other rack, so the pack constraint must change: Grove's update
+    webhook holds topology constraints immutable, and autoscale says so, naming the PodCliqueSet, before
+    kubectl apply is refused. The same scale-out with room on n3 says nothing of the kind."""
+    running = tmp_path / "running.yaml"
+    placed = run("solve", SPEC, DATA / "cluster.yaml", "-q", "-t", "grove")
+    assert placed.returncode == 0, placed.stderr
+    (pcs,) = [d for d in _docs(placed.stdout) if d["kind"] == "PodCliqueSet"]
+    assert pcs["spec"]["template"]["topologyConstraint"]["pack"]["required"] == "host"
+    running.write_text(placed.stdout)
+    step = yaml.safe_load((DATA / "trace.yaml").read_text())[1]
+    full = _cluster(tmp_path, step["metrics"], "full.yaml", busy={"n3": [6, 7]})
+    proc = run("autoscale", SPEC, full, "--keep", running, "--now", "60", "--full")
+    assert proc.returncode == 0, proc.stderr
+    said = " ".join(proc.stderr.split())
+    assert (
+        "PodCliqueSet chat-r0 changes its topology constraint" in said and "kubectl delete podcliqueset chat-r0" in said
+    )
+    (after,) = [d for d in _docs(proc.stdout) if d["kind"] == "PodCliqueSet"]
+    assert after["spec"]["template"].get("topologyConstraint") != pcs["spec"]["template"]["topologyConstraint"]
+    room = run("autoscale", SPEC, _cluster(tmp_path, step["metrics"], "room.yaml"), "--keep", running, "--now", "60")
+    assert room.returncode == 0 and "does not allow on an update" not in room.stderr
