@@ -8,7 +8,7 @@ before anything is printed; tests run it on every solution.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from placer.model import k8s
@@ -87,10 +87,10 @@ def ring_lanes_of(spec: ServingTopology, topo: Topology, pool_name: str, gpus: l
     """Rings side by side of one TP group across nodes (cost.ring_lanes), where its split over nodes is
     fixed (nodeCount, or an engine preset, which splits evenly); 1 inside a node or for a free split."""
     pool = spec.pools[pool_name]
-    nodes = {n for n, _ in gpus}
-    if len(nodes) < 2 or (pool.template.engine == "custom" and pool.node_count is None):
+    per_node = Counter(n for n, _ in gpus)
+    if len(per_node) < 2 or (pool.template.engine == "custom" and pool.node_count is None):
         return 1
-    return cost.ring_lanes(min(sum(1 for n, _ in gpus if n == m) for m in nodes), topo.rails_per_node)
+    return cost.ring_lanes(min(per_node.values()), topo.rails_per_node)
 
 
 def stage_figures(
