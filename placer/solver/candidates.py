@@ -3,11 +3,13 @@ once per cluster and filtered per state.
 
 A batch builds hundreds of problems on the states its earlier placements leave (placer.solver.fleet), and the
 state changes only in the GPUs, CPU and memory in use. Phase 1 (per link graph, once per pool shape) lists
-every domain an instance of the pool could ever use with its price: the price depends on the domain's
-eligible nodes and links, never on what is free. Phase 2 (per state) keeps the domains with enough free
-eligible GPUs, read from one table of free GPUs per domain. The result is the same tuple, in the same
-order, as enumerating the state from scratch (tests/test_candidates.py compares them); the pairs the
-prices were computed from reach ``memo`` as before, so Problem.unlike_domains is unchanged too.
+every domain an instance of the pool could ever use; a domain's price depends on its eligible nodes and
+links, never on what is free, so it is worked out the first time a state has room there and kept for every
+later state (at 100k GPUs most node domains never have room for a replica, and pricing them all was most
+of a problem's build). Phase 2 (per state) keeps the domains with enough free eligible GPUs, read from one
+table of free GPUs per domain. The result is the same tuple, in the same order, as enumerating the state
+from scratch (tests/test_fleet_joint.py compares them); the pairs the prices were computed from reach
+``memo`` as before, so Problem.unlike_domains is unchanged too.
 Multi-node containers choose their nodes by what is free, so they are enumerated per state as before.
 """
 
@@ -111,36 +113,44 @@ def pool_candidates(
         msg,
         spec.objective.all_reduce,
     )
-    entries = topo.cached(key, lambda: _static_pool(topo, spec, pool, eligible, shape, msg))
+    domains, priced = topo.cached(key, lambda: (_pool_domains(topo, pool, eligible, shape), {}))
     size = pool.gpus_per_instance
     free = domain_free(topo, eligible)
     out = []
-    for dom_id, cand, pairs in entries:
+    for dom_id in domains:
         if free.get(dom_id, 0) >= size:
+            entry = priced.get(dom_id)
+            if entry is None:
+                entry = priced[dom_id] = _price_pool(topo, spec, pool, eligible, dom_id, msg)
+            cand, pairs = entry
             memo.update(pairs)
             out.append(cand)
     return tuple(out)
 
 
-def _static_pool(
-    topo: Topology, spec: ServingTopology, pool: Pool, eligible: frozenset[int], shape: Layout, msg: float
-) -> list[tuple[str, Candidate, dict]]:
-    """Every domain an instance of a single-node or spanning pool could use, priced, whatever is free."""
+def _pool_domains(topo: Topology, pool: Pool, eligible: frozenset[int], shape: Layout) -> list[str]:
+    """Every domain an instance of a single-node or spanning pool could use, whatever is free."""
     one_node = shape[2]
     required_rank = LEVEL_RANK[pool.placement.required]
     out = []
     for dom_id in domains_in_order(topo):
         dom = topo.domains[dom_id]
-        if LEVEL_RANK[dom.level] > required_rank:
+        if LEVEL_RANK[dom.level] > required_rank or (one_node and dom.level not in ("node", "socket")):
             continue
-        nodes = [n for n in dom.nodes if n in eligible]
-        if not nodes or (one_node and dom.level not in ("node", "socket")):
-            continue
-        pairs: dict = {}
-        ring = domain_figures(topo, dom_id, nodes, pairs)
-        kind = "unit" if dom.level in ("node", "socket") else "pooled"
-        out.append((dom_id, _candidate(topo, spec, pool, dom, ring, ring, msg, kind), pairs))
+        if not eligible.isdisjoint(dom.nodes):
+            out.append(dom_id)
     return out
+
+
+def _price_pool(
+    topo: Topology, spec: ServingTopology, pool: Pool, eligible: frozenset[int], dom_id: str, msg: float
+) -> tuple[Candidate, dict]:
+    """One domain's candidate for the pool and the (node, domain) pairs its price was read from."""
+    dom = topo.domains[dom_id]
+    pairs: dict = {}
+    ring = domain_figures(topo, dom_id, [n for n in dom.nodes if n in eligible], pairs)
+    kind = "unit" if dom.level in ("node", "socket") else "pooled"
+    return _candidate(topo, spec, pool, dom, ring, ring, msg, kind), pairs
 
 
 def _candidate(topo, spec, pool, dom, ring, span, msg: float, kind: str) -> Candidate:
@@ -195,26 +205,22 @@ def kv_containers(
     """Domains that can hold one replica's prefill and decode, with the KV transfer's price: ``kv`` prices a
     domain (us, units, GB/s) over its eligible nodes, ``allowed`` judges it, ``key`` names both for the cache."""
 
-    def make() -> list:
-        out = []
-        for dom_id in domains_in_order(topo):
-            dom = topo.domains[dom_id]
-            nodes = [n for n in dom.nodes if n in eligible]
-            if not nodes:
-                continue
-            pairs: dict = {}
-            us, units, bw = kv(dom_id, nodes, pairs)
-            cont = Container(dom_id, topo.order[dom_id], us, units) if allowed(dom, bw) else None
-            out.append((dom_id, cont, pairs))
-        return out
-
     free = domain_free(topo, eligible)
+    priced: dict[str, tuple[Container | None, dict]] = topo.cached(("kv", eligible, *key), dict)
     out = []
-    for dom_id, cont, pairs in topo.cached(("kv", eligible, *key), make):
-        if free.get(dom_id, 0) >= need:
-            memo.update(pairs)
-            if cont is not None:
-                out.append(cont)
+    for dom_id in domains_in_order(topo):
+        if free.get(dom_id, 0) < need:  # only eligible nodes' GPUs are counted: none there, no entry
+            continue
+        entry = priced.get(dom_id)
+        if entry is None:
+            dom = topo.domains[dom_id]
+            pairs: dict = {}
+            us, units, bw = kv(dom_id, [n for n in dom.nodes if n in eligible], pairs)
+            cont = Container(dom_id, topo.order[dom_id], us, units) if allowed(dom, bw) else None
+            entry = priced[dom_id] = (cont, pairs)
+        memo.update(entry[1])
+        if entry[0] is not None:
+            out.append(entry[0])
     return tuple(out)
 
 

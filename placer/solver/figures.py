@@ -7,20 +7,25 @@ from placer.topology import cost
 from placer.topology.graph import Topology
 
 
-def _up_figures(topo: Topology, node: int, domain: str) -> cost.PathFigures:
-    n = topo.nodes[node]
-    gpu = n.gpus[0].index
-    current = topo.gpu_domain(node, gpu)
-    edge = topo.graph.edges[topo.gpu_vertex(node, gpu), current]
-    bw, lat = edge["bandwidth_gbps"], edge["latency_us"]
-    while current != domain:
-        dom = topo.domains[current]
-        if dom.parent is None:
-            raise ValueError(f"{domain} is not above node {n.name}")
-        # The GPU->home edge already carries the home's crossing figure; each hop up carries the parent's.
-        bw, lat = min(bw, dom.up[0]), max(lat, dom.up[1])
-        current = dom.parent
-    return cost.PathFigures(bw, lat, topo.domains[domain].level)
+def _walk_up(topo: Topology, node: int) -> dict[str, cost.PathFigures]:
+    """Ring figures from ``node``'s GPUs up to every domain above them, in one walk: the GPU -> home edge
+    carries the home's crossing figure, each hop up the parent's. One walk per node, kept per cluster: a
+    100k-GPU problem asked for ~70k (node, domain) pairs, and walking up once per pair was its slowest part."""
+    chains = topo.cached("figures", dict)
+    chain = chains.get(node)
+    if chain is None:
+        n = topo.nodes[node]
+        gpu = n.gpus[0].index
+        current: str | None = topo.gpu_domain(node, gpu)
+        edge = topo.graph.edges[topo.gpu_vertex(node, gpu), current]
+        bw, lat = edge["bandwidth_gbps"], edge["latency_us"]
+        chain = chains[node] = {}
+        while current is not None:
+            dom = topo.domains[current]
+            chain[current] = cost.PathFigures(bw, lat, dom.level)
+            bw, lat = min(bw, dom.up[0]), max(lat, dom.up[1])
+            current = dom.parent
+    return chain
 
 
 def unlike_anywhere(topo: Topology) -> frozenset[str]:
@@ -31,18 +36,9 @@ def unlike_anywhere(topo: Topology) -> frozenset[str]:
     def make() -> frozenset[str]:
         seen: dict[str, set[tuple[float, float]]] = {}
         for n in topo.nodes:
-            if not n.gpus:
-                continue
-            # _up_figures for every domain above the node at once: one walk up, not one per domain
-            gpu = n.gpus[0].index
-            current: str | None = topo.gpu_domain(n.index, gpu)
-            edge = topo.graph.edges[topo.gpu_vertex(n.index, gpu), current]
-            bw, lat = edge["bandwidth_gbps"], edge["latency_us"]
-            while current is not None:
-                seen.setdefault(current, set()).add((bw, lat))
-                dom = topo.domains[current]
-                bw, lat = min(bw, dom.up[0]), max(lat, dom.up[1])
-                current = dom.parent
+            if n.gpus:
+                for dom_id, f in _walk_up(topo, n.index).items():
+                    seen.setdefault(dom_id, set()).add((f.bandwidth_gbps, f.latency_us))
         return frozenset(d for d, f in seen.items() if len(f) > 1)
 
     return topo.cached("unlike anywhere", make)
@@ -51,19 +47,12 @@ def unlike_anywhere(topo: Topology) -> frozenset[str]:
 def worst_figures(topo: Topology, domain: str, nodes: list[int], memo: dict) -> cost.PathFigures:
     """Worst-case ring figures for GPUs spread over ``nodes`` inside ``domain``. ``memo`` records the pairs
     this problem priced (Problem.unlike_domains reads it)."""
-    # (node, domain) -> figures, per cluster: they depend only on the domain tree and the links, so a batch
-    # that builds hundreds of problems on the states its placements leave computes each once (it was most of
-    # a 100-deployment batch's time; bench/NOTES.md).
-    shared = topo.cached("figures", dict)
     bw, lat = float("inf"), 0.0
     for n in nodes:
         key = (n, domain)
         f = memo.get(key)
         if f is None:
-            f = shared.get(key)
-            if f is None:
-                f = shared[key] = _up_figures(topo, n, domain)
-            memo[key] = f
+            f = memo[key] = _walk_up(topo, n)[domain]
         bw, lat = min(bw, f.bandwidth_gbps), max(lat, f.latency_us)
     return cost.PathFigures(bw, lat, topo.domains[domain].level)
 
