@@ -556,3 +556,32 @@ def test_plain_scalars_as_yaml_1_2(written, read):
 
     ((data, _node),) = parse_documents(f"x: {written}\n", "t.yaml")
     assert data == {"x": read} and type(data["x"]) is type(read)
+
+
+def _nested(depth: int, flow: bool) -> str:
+    """``depth`` collections inside each other under a top-level mapping (which counts as one)."""
+    if flow:
+        return "x: " + "[" * (depth - 1) + "]" * (depth - 1) + "\n"
+    return "".join(" " * i + "k:\n" for i in range(depth)) + " " * depth + "v\n"
+
+
+@pytest.mark.parametrize("flow", [True, False], ids=["flow", "block"])
+@pytest.mark.parametrize("event_pass", [False, True], ids=["tree", "events"])
+def test_nesting_is_refused_at_the_same_line_whichever_check_finds_it(flow, event_pass, monkeypatch):
+    """The depth limit is checked on the composed tree where libyaml has a nesting limit of its own, by a
+    pass over the events where it has none: one answer either way, at the line where level 65 opens."""
+    from placer.model import load
+
+    monkeypatch.setattr(load, "_parser_limits_nesting", lambda: not event_pass)
+    assert load.parse_documents(_nested(64, flow), "t.yaml")
+    for depth in (65, 900, 5000):
+        with pytest.raises(InputError) as err:
+            load.parse_documents(_nested(depth, flow), "t.yaml")
+        assert str(err.value) == f"t.yaml:{1 if flow else 65}: YAML nested more than 64 levels deep"
+
+
+def test_this_pyyaml_limits_nesting_itself():
+    """What lets the loader skip its second parse (pyproject asks for PyYAML 6.0.4 or later)."""
+    from placer.model import load
+
+    assert load._parser_limits_nesting()

@@ -9,6 +9,7 @@ only when there is an error to report.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import stat
@@ -106,10 +107,14 @@ def parse_documents(text: str, source: str) -> list[tuple[Any, yaml.Node]]:
     """Parse every YAML document, refusing deep nesting, tags, aliases, complex keys, huge integers and
     duplicate keys; keep each node tree for lines."""
     try:
-        _check_depth(text, source)
+        if not _parser_limits_nesting():
+            _check_depth(text, source)
         nodes = list(yaml.compose_all(text, Loader=_Loader))
     except yaml.YAMLError as exc:
-        raise InputError(_yaml_message(exc, source)) from None
+        message = _depth_message(exc, source)
+        if message is not None:
+            _check_depth(text, source)  # names the line where MAX_DEPTH is passed, not where libyaml gave up
+        raise InputError(message or _yaml_message(exc, source)) from None
     out = []
     for node in nodes:
         if node is None:
@@ -152,9 +157,32 @@ def _construct_message(exc: Exception, root: yaml.Node, source: str) -> str:
     return f"{source}: not valid YAML: {type(exc).__name__}: {exc}"
 
 
+@functools.cache
+def _parser_limits_nesting() -> bool:
+    """Whether the parser refuses deep nesting itself, before the composer recurses into it (libyaml as
+    bundled from PyYAML 6.0.4 on stops at 1,000 levels; 25,000 flow brackets crashed older ones). Then
+    MAX_DEPTH is checked on the composed tree (_check_node) and the event pass over the whole text,
+    a second parse that took a 100k-GPU cluster file a second, is not needed."""
+    deep = "[" * 1100 + "]" * 1100
+    try:
+        for _ in yaml.parse(deep, Loader=_Loader):
+            pass
+    except yaml.YAMLError as exc:
+        return _depth_message(exc, "") is not None
+    return False
+
+
+def _depth_message(exc: yaml.YAMLError, source: str) -> str | None:
+    """The refusal of libyaml's own nesting limit, said as placer's (whichever limit comes first)."""
+    if not isinstance(exc, yaml.MarkedYAMLError) or "nesting depth" not in str(exc.problem):
+        return None
+    line = f":{exc.problem_mark.line + 1}" if exc.problem_mark is not None else ""
+    return f"{source}{line}: YAML nested more than {MAX_DEPTH} levels deep"
+
+
 def _check_depth(text: str, source: str) -> None:
     """Refuse nesting deeper than MAX_DEPTH from the event stream (libyaml's parser keeps its own stack),
-    before the composer recurses into it: 25,000 flow brackets crashed it."""
+    before the composer recurses into it: for parsers without a nesting limit of their own."""
     depth = 0
     try:
         for event in yaml.parse(text, Loader=_Loader):
@@ -165,13 +193,11 @@ def _check_depth(text: str, source: str) -> None:
                     raise InputError(f"{source}{line}: YAML nested more than {MAX_DEPTH} levels deep")
             elif isinstance(event, _CLOSE):
                 depth -= 1
-    except yaml.MarkedYAMLError as exc:
-        # libyaml from PyYAML 6.0.4 on has a nesting limit of its own, met while scanning ahead of the
-        # events above: the same refusal, said the same way whichever limit comes first.
-        if "nesting depth" not in str(exc.problem):
+    except yaml.YAMLError as exc:
+        message = _depth_message(exc, source)
+        if message is None:
             raise
-        line = f":{exc.problem_mark.line + 1}" if exc.problem_mark is not None else ""
-        raise InputError(f"{source}{line}: YAML nested more than {MAX_DEPTH} levels deep") from None
+        raise InputError(message) from None
 
 
 def _tag_name(tag: str) -> str:
@@ -194,16 +220,18 @@ def add_yaml12_numbers(resolver: type) -> type:
 
 
 def _check_node(root: yaml.Node, source: str) -> None:
-    """Reject aliases (a node reached twice), tags, complex keys, huge integers and duplicate mapping keys,
-    iteratively."""
+    """Reject nesting deeper than MAX_DEPTH, aliases (a node reached twice), tags, complex keys, huge
+    integers and duplicate mapping keys, iteratively."""
     seen: set[int] = set()
-    stack = [root]
+    stack: list[tuple[yaml.Node, int]] = [(root, 0)]  # a node and how many collections hold it
     while stack:
-        node = stack.pop()
+        node, depth = stack.pop()
         line = node.start_mark.line + 1
         if id(node) in seen:
             raise InputError(f"{source}:{line}: YAML anchors and aliases are not allowed")
         seen.add(id(node))
+        if depth >= MAX_DEPTH and not isinstance(node, yaml.ScalarNode):
+            raise InputError(f"{source}:{line}: YAML nested more than {MAX_DEPTH} levels deep")
         if node.tag not in _ALLOWED_TAGS:
             if node.tag == "tag:yaml.org,2002:merge":
                 raise InputError(f"{source}:{line}: YAML merge keys (<<) are not allowed")
@@ -234,9 +262,9 @@ def _check_node(root: yaml.Node, source: str) -> None:
                 if key.value in keys:
                     raise InputError(f"{source}:{key.start_mark.line + 1}: key {key.value!r} appears twice")
                 keys.add(key.value)
-                stack += [key, value]
+                stack += [(key, depth + 1), (value, depth + 1)]
         elif isinstance(node, yaml.SequenceNode):
-            stack += node.value
+            stack += [(item, depth + 1) for item in node.value]
         else:
             _as_yaml12(node)
         if node.tag == _PLAIN + "int" and len(node.value) > MAX_INT_DIGITS:
