@@ -34,17 +34,20 @@ def generate_command(
     The 10,000-GPU benchmark cluster:
 
       placer cluster generate --style dgx-h100 --gpus 10000 --seed 1 -o dgx-10k.yaml
+
+    An --out ending in .json is written as JSON, one node per line: the same cluster, read several times
+    faster (at 100,000 GPUs, seconds less per solve).
     """
     from placer.emit.files import check_output
     from placer.model.errors import InputError
-    from placer.topology.generate import MAX_GPUS, dump_cluster_yaml, generate_cluster
+    from placer.topology.generate import MAX_GPUS, dump_cluster, generate_cluster
 
     if gpus > MAX_GPUS:
         raise InputError(f"--gpus {gpus} is over the limit of {MAX_GPUS} GPUs")
     if out is not None:
         check_output(out, "--out")
     try:
-        text = dump_cluster_yaml(generate_cluster(style, gpus, seed, busy_fraction=busy))
+        text = dump_cluster(generate_cluster(style, gpus, seed, busy_fraction=busy), out)
     except ValueError as exc:
         raise InputError(str(exc)) from None
     if out is None:

@@ -9,6 +9,7 @@ cluster is fragmented: few nodes stay whole, many keep a few free GPUs.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from typing import Any
@@ -267,3 +268,22 @@ def dump_cluster_yaml(data: dict[str, Any]) -> str:
     """Compact, deterministic YAML: key order kept, leaf mappings and lists on one line, no aliases."""
     text: str = yaml.dump(_styled(data), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=200)
     return text
+
+
+def dump_cluster_json(data: dict[str, Any]) -> str:
+    """Deterministic JSON, key order kept, one node per line: what ``-o cluster.json`` writes. placer reads a
+    JSON cluster file with the json module (placer.model.load.load_cluster), far faster than YAML at 100k
+    GPUs, and one line per node still diffs and greps like the YAML."""
+    parts = []
+    for key, value in data.items():
+        if key == "nodes" and isinstance(value, list) and value:
+            rows = ",\n".join("  " + json.dumps(node, separators=(", ", ": ")) for node in value)
+            parts.append(f'"nodes": [\n{rows}\n]')
+        else:
+            parts.append(f"{json.dumps(key)}: {json.dumps(value, separators=(', ', ': '))}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+def dump_cluster(data: dict[str, Any], path: object = None) -> str:
+    """The cluster file's text for ``path``: JSON for a ``.json`` file, YAML otherwise (stdout included)."""
+    return dump_cluster_json(data) if str(path).lower().endswith(".json") else dump_cluster_yaml(data)
