@@ -257,3 +257,24 @@ def test_a_wall_clock_cut_is_named_as_such_when_the_greedy_placement_is_returned
     assert by_clock.notes == [f"{CLOCK_NOTE}; the greedy placement is returned"]
     by_work = solve_by_domain(problem, split, SolveOptions(), Budget(work_s=0, wall_s=60))
     assert by_work.notes == ["time limit hit while solving domain by domain; the greedy placement is returned"]
+
+
+def test_a_domain_s_greedy_walk_is_charged_for_its_domain_not_the_whole_cluster(tmp_path):
+    """The work budget charges a walk ~4 units a node it may read. A decomposition walks once per domain it
+    solves; charged for the whole cluster each time, the 100k-GPU GB200 proof ran out of budget on walks
+    that took a few milliseconds (bench/NOTES.md)."""
+    from placer.solver.greedy import greedy_counted
+
+    spec = _with_floor(tmp_path, "llama-70b-disagg", 400)
+    _, topo, problem = _problem(spec, FIX / "clusters/gb200-nvl72-1008.yaml")
+    split = split_of(problem)
+    assert split is not None and len(split.domains) >= 10
+    placed_whole, whole = greedy_counted(problem)
+    assert placed_whole
+    for part, dom in zip(partition(problem, split), split.domains, strict=True):
+        placed, work = greedy_counted(replace(part, replicas=1, min_replicas=1))
+        nodes = len(topo.domains[dom].nodes)
+        assert 4 * nodes <= work < whole / 5, (dom, work, whole)
+        if placed:
+            return
+    pytest.fail("no domain held a replica")

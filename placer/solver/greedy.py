@@ -212,7 +212,7 @@ def greedy_counted(problem: Problem, work_limit: int | None = None) -> tuple[lis
     )
     scopes = _Scopes(problem)
     scopes.limit = work_limit
-    scopes.work = 4 * len(topo.nodes)  # the state as first built (a copy, ~4 units per node); kept so budgets stay put
+    scopes.work = 4 * _reachable(problem)  # ~4 units a node the walk may read, as when the state was a copy
     out: list[GreedyReplica] = []
     for _ in range(problem.replicas):
         if scopes.over():
@@ -224,6 +224,15 @@ def greedy_counted(problem: Problem, work_limit: int | None = None) -> tuple[lis
         state.commit(trial)
         out.append(replica)
     return out, scopes.work
+
+
+def _reachable(problem: Problem) -> int:
+    """How many nodes the walk may read: the pools' eligible nodes and the router's. Not the whole cluster's:
+    a domain of a decomposition is one leaf of a 100k-GPU cluster, and charging each leaf's walk for every
+    node (what a copy of the state once cost) spent the budget of a GB200 proof on walks that took 2 ms."""
+    sets = {plan.eligible for plan in problem.pools.values()}
+    nodes = next(iter(sets)) if len(sets) == 1 else frozenset().union(*sets)
+    return len(nodes) + sum(1 for n in problem.router_nodes if n not in nodes)
 
 
 def _place_replica(problem: Problem, state: _State, scopes: _Scopes) -> tuple[_State, GreedyReplica] | None:
