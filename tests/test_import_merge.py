@@ -84,8 +84,9 @@ def test_kubernetes_inventory_topo_matrix_and_pods_make_one_class(dgx: ImportRes
     doc = dgx.document
     assert list(doc["nodeClasses"]) == ["nvidia-h100-80gb-hbm3-x8"]
     cls = doc["nodeClasses"]["nvidia-h100-80gb-hbm3-x8"]
-    # GFD memory 81559 MiB = 79.65 GiB; sockets are the NUMA affinity column (GPU0-3 on 0, GPU4-7 on 1).
-    assert cls["gpus"][0] == {"index": 0, "product": "NVIDIA-H100-80GB-HBM3", "memoryGiB": 79.65, "socket": 0}
+    # GFD memory 81559 MiB = 79.65 GiB, within 5 % of the name's 80GB: the nominal 80, as the product table gives
+    # it; sockets are the NUMA affinity column (GPU0-3 on 0, GPU4-7 on 1).
+    assert cls["gpus"][0] == {"index": 0, "product": "NVIDIA-H100-80GB-HBM3", "memoryGiB": 80.0, "socket": 0}
     assert [g["socket"] for g in cls["gpus"]] == [0, 0, 0, 0, 1, 1, 1, 1]
     # NV18 between every pair, Hopper (compute 9.0 from GFD): 18 x 50 GB/s.
     assert (cls["interconnect"], cls["nvlinkGBps"], cls["sockets"]) == ("nvlink", 900.0, 2)

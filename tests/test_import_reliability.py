@@ -77,9 +77,10 @@ def test_nccl_tests_file_cut_before_its_trailer_is_reported() -> None:
     cut = next(i for i, ln in enumerate(lines) if ln.strip().startswith("1073741824"))
     run_ = parse_nccl_tests("\n".join(lines[: cut + 1]), "short.txt")
     assert run_.avg_busbw_gbps is None and run_.peak().size_bytes == 1073741824
+    assert run_.cut_short() == "the run was cut short at 1073741824 bytes of the 8589934592 its header asks for"
     assert (
-        "the file ends before the '# Avg bus bandwidth' line, and the header asks for sizes up to 8589934592 "
-        "bytes: the run was cut short at 1073741824 bytes, so the figure may be low"
+        "the file ends before the '# Avg bus bandwidth' line: the run was cut short at 1073741824 bytes of the "
+        "8589934592 its header asks for; no figure is taken from it"
     ) in [n.text for n in run_.notes]
 
 

@@ -58,7 +58,8 @@ IMPORTS: dict[str, tuple[ImportOptions, dict[str, Any]]] = {
     ),
     "azure-ndv2-topo.xml": (
         ImportOptions(nccl_xml=(f"nd40rs={s('azure-ndv2-topo.xml')}",), gpu_product="Tesla-V100-SXM2-32GB"),
-        {"nodes": 1, "gpus": 8, "classes": {"tesla-v100-sxm2-32gb-x8": ("nvlink", 2, 300.0, 1)}},
+        # V100 SXM2 boards are a hybrid cube mesh (not every pair NVLinked) and the hint file shows no links
+        {"nodes": 1, "gpus": 8, "classes": {"tesla-v100-sxm2-32gb-x8": ("pcie", 2, None, 1)}},
     ),
     "azure-ncv4-topo.xml": (
         ImportOptions(nccl_xml=(f"nc96ads={s('azure-ncv4-topo.xml')}",)),

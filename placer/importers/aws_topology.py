@@ -51,6 +51,7 @@ def parse_instance_topology(text: str, source: str) -> InstanceTopology:
     notes: list[Note] = []
     instances: list[Instance] = []
     unknown: set[str] = set()
+    bare: list[str] = []  # instances without network nodes: no leaf
     for i, item in enumerate(data["Instances"]):
         if not isinstance(item, dict):
             raise error(source, None, f"Instances[{i}]: expected an object")
@@ -60,6 +61,8 @@ def parse_instance_topology(text: str, source: str) -> InstanceTopology:
         nodes = item.get("NetworkNodes") or []
         if not isinstance(nodes, list) or not all(isinstance(n, str) and is_label_value(n) for n in nodes):
             raise error(source, None, f"Instances[{i}].NetworkNodes: expected a list of network node ids")
+        if not nodes:
+            bare.append(iid)
         itype = item.get("InstanceType")
         zone = item.get("ZoneId")
         instances.append(
@@ -70,6 +73,14 @@ def parse_instance_topology(text: str, source: str) -> InstanceTopology:
         unknown |= set(item) - KNOWN_KEYS
     for key in sorted(unknown):
         notes.append(Note(source, None, f"field {short(key)} not understood; ignored"))
+    if bare:
+        notes.append(
+            Note(
+                source,
+                None,
+                f"{len(bare)} instance(s) without NetworkNodes (null or empty), e.g. {bare[0]}: they get no leaf",
+            )
+        )
     if data.get("NextToken"):
         notes.append(
             Note(source, None, "NextToken present: the output is paginated and instances on later pages are missing")

@@ -185,6 +185,15 @@ def fabric_from_hardware(ledger: Ledger) -> tuple[dict[str, Any], dict[str, tupl
                 speeds.setdefault(nic.bandwidth_gbps, []).append(draft.name)
             if nic.kind:
                 kinds.setdefault(nic.kind, []).append(draft.name)
+    if rails and not kinds:
+        ledger.notes.append(
+            Note(
+                "fabric.network.kind",
+                None,
+                "no source says whether the rail NICs are InfiniBand or Ethernet (nvidia-smi topo -m does not): left "
+                "at the model's infiniband; set fabric.network.kind: ethernet for RoCE or EFA",
+            )
+        )
     network: dict[str, Any] = {}
     origin: dict[str, tuple[str, int]] = {}
     table: tuple[tuple[str, dict[Any, list[str]]], ...] = (
@@ -222,6 +231,8 @@ def nccl_overrides(
         if peak is None or peak.out_of_place.busbw_gbps is None:
             notes.append(Note(run.source, None, "no result row without errors: nothing to attach"))
             continue
+        if run.cut_short():
+            continue  # the parser's note says why: a small message's busbw is far below what the link sustains
         drafts = [ledger.resolve(h) for h in run.hosts]
         missing = [h for h, d in zip(run.hosts, drafts, strict=True) if d is None]
         if missing or not drafts:
@@ -241,6 +252,7 @@ def nccl_overrides(
             rails = max(1, min(topo.rails_per_node, len(run.ranks) // len(run.hosts)))
             figure = round(busbw / rails, 3)
             source += f", over {rails} rail(s) per node: {figure:g} GB/s per rail"
+            notes.append(Note(run.source, None, _per_rail_meaning(domain, figure, rails, topo.rail_gbps)))
         if domain in by_domain:
             ledger.conflicts.append(
                 f"overrides {domain}: {by_domain[domain]['bandwidthGBps']:g} GB/s from an earlier nccl-tests file, "
@@ -248,6 +260,18 @@ def nccl_overrides(
             )
         by_domain[domain] = {"domain": domain, "bandwidthGBps": figure, "source": source}
     return [by_domain[d] for d in sorted(by_domain)], notes
+
+
+def _per_rail_meaning(domain: str, figure: float, rails: int, line_rate: float) -> str:
+    """What a per-rail figure from nccl-tests is, so that nobody reads it as a NIC's measured line rate."""
+    text = (
+        f"{domain}: {figure:g} GB/s per rail is the test's bus bandwidth (busbw) over the {rails} rail(s) each node "
+        "drove: what a collective like the one tested gets per rail, not a NIC's line rate (NCCL's algorithms that "
+        "also use NVLink inside the nodes can lift it above the line rate)"
+    )
+    if figure > line_rate:
+        text += f"; here it is above the {line_rate:g} GB/s of fabric.network.railGBps"
+    return text
 
 
 def _basename(path: str) -> str:

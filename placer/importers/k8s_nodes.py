@@ -11,7 +11,8 @@ and the multi-node NVLink domain (``nvidia.com/gpu.clique``).
 Racks, leaves and NVLink domains come from topology labels. Keys differ by provider and by generation of
 NVIDIA topograph, so a *label scheme* maps each placer level to an ordered list of keys (first present
 wins); presets cover the schemes in use and ``--level-label LEVEL=KEY`` overrides any level. Tiers placer
-has no level for (spine, core, datacenter: placer models one spine) are kept as labels and reported.
+has no level for (spine, core, datacenter: placer models one spine; sub-domains inside an NVLink domain) are
+kept as labels and reported.
 """
 
 from __future__ import annotations
@@ -267,6 +268,10 @@ def _node(item: Any, where: str, source: str, notes: list[Note]) -> K8sNode:
         if isinstance(t, dict) and t.get("effect") in ("NoSchedule", "NoExecute"):
             taints.append(f"{t.get('key')}={t.get('value', '')}:{t.get('effect')}")
     provider = _get(item, "spec", "providerID")
+    if labels.get(MEMORY_MIB) and K8sNode(name, labels).memory_gib is None:
+        notes.append(
+            Note(source, None, f"{name}: label {MEMORY_MIB}={short(labels[MEMORY_MIB])} is not a size in MiB; ignored")
+        )
     return K8sNode(
         name=name,
         labels=labels,
@@ -350,19 +355,22 @@ def domains_from_labels(nodes: list[K8sNode], scheme: LabelScheme, source: str) 
     for key in scheme.unmapped:
         values = {n.labels[key] for n in nodes if n.labels.get(key)}
         if len(values) > 1:
-            notes.append(
-                Note(
-                    source,
-                    None,
-                    f"label {key} has {len(values)} values: placer has no level for that tier (it models one "
-                    "spine), so it is kept as a node label only",
-                )
-            )
+            notes.append(Note(source, None, f"label {key} has {len(values)} values: {_unmapped_why(key)}"))
     for level, keys in used.items():
         if len(keys) > 1:
             parts = ", ".join(f"{k} ({n} nodes)" for k, n in sorted(keys.items()))
             notes.append(Note(source, None, f"{level} named by several label keys: {parts}"))
     return LabelDomains(domains, used, tuple(notes))
+
+
+def _unmapped_why(key: str) -> str:
+    """Why a tier has no placer level: a sub-domain splits an NVLink domain, the others sit above the leaf."""
+    if key.endswith("/sub-domain"):
+        return (
+            "a tier inside the NVLink domain, which placer does not split (its nodes are one NVLink domain), so it "
+            "is kept as a node label only"
+        )
+    return "placer has no level for that tier (it models one spine), so it is kept as a node label only"
 
 
 def kept_labels(node: K8sNode, scheme: LabelScheme) -> dict[str, str]:

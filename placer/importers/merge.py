@@ -12,8 +12,10 @@ value is recorded as a conflict (``--strict`` makes them errors), never resolved
 compared as partitions: two sources may name the same leaf differently; they conflict only when they group
 nodes differently.
 Phase 3 derives what the model needs (NVLink GB/s from ``NV#`` and the GPU generation, sockets, rails) and
-fills the rest from documented defaults, each counted in the report. ``document.py`` then groups nodes into
-classes and validates the result; nccl-tests figures become ``overrides`` on the domain the test spanned.
+fills the rest from documented defaults, each counted in the report. Where no source shows the NVLinks, the
+product table decides (``gpus.links_of_product``: only NVSwitch boards are ``nvlink``), and says so.
+``document.py`` then groups nodes into classes and validates the result; nccl-tests figures become
+``overrides`` on the domain the test spanned.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ DEFAULT_PRODUCT = "unknown"
 DEFAULT_MEMORY_GIB = 1.0
 """A GPU whose memory no source reports gets 1 GiB, so that no memory floor in a spec is met by a guess."""
 _GLOB = re.compile(r"[*?\[]")
+_GPU_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._()-]{0,62}")  # a GPU name as nvidia-smi prints it, spaces as '-'
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,9 @@ def apply_sources(sources: Sources, scheme: LabelScheme, defaults: Defaults) -> 
         _apply_hardware(hw_file, ledger, named.get(k))
     if sources.nodes is not None:
         _apply_k8s(sources.nodes, scheme, ledger)
+    tested = _products_from_runs(sources.nccl_tests, ledger)
     for draft in ledger.drafts.values():
-        _derive(draft, defaults, ledger)
+        _derive(draft, defaults, ledger, tested.get(draft.name))
     if sources.pods is not None:
         _apply_pods(sources.pods, ledger)
     for draft in ledger.drafts.values():
@@ -206,7 +210,7 @@ def _apply_hardware(hw_file: HardwareFile, ledger: Ledger, own_node: str | None)
 
 def _complement(new: hw.NodeHardware, old: hw.NodeHardware) -> hw.NodeHardware:
     """The later file wins, but what only the earlier one knows (a hint file's PCI device ids and compute
-    capability) is kept, GPU by GPU, when both describe the same number of GPUs."""
+    capability; its NICs' kind and speed) is kept, GPU by GPU, when both describe the same number of GPUs."""
     if len(new.gpus) != len(old.gpus):
         return new
     gpus = tuple(
@@ -214,7 +218,30 @@ def _complement(new: hw.NodeHardware, old: hw.NodeHardware) -> hw.NodeHardware:
         for g, o in zip(new.gpus, old.gpus, strict=True)
     )
     kept = any(o.bus_id and not g.bus_id for g, o in zip(new.gpus, old.gpus, strict=True))
-    return replace(new, gpus=gpus, bus_ids_from=(old.bus_ids_from or old.source) if kept else new.bus_ids_from)
+    return replace(
+        new,
+        gpus=gpus,
+        nics=_complement_nics(new.nics, old.nics),
+        bus_ids_from=(old.bus_ids_from or old.source) if kept else new.bus_ids_from,
+    )
+
+
+def _complement_nics(new: tuple[hw.NicInfo, ...], old: tuple[hw.NicInfo, ...]) -> tuple[hw.NicInfo, ...]:
+    """A NIC's kind and speed from the earlier file's NIC of the same name; or, when the earlier file's NICs are
+    all of one kind and both files list as many, that kind (nvidia-smi's NIC names need not be NCCL's). A later
+    file without NICs keeps the earlier file's."""
+    if not new:
+        return old
+    by_name = {n.name: n for n in old}
+    kinds = {n.kind for n in old}
+    shared = next(iter(kinds)) if len(kinds) == 1 and len(new) == len(old) else None
+    out = []
+    for nic in new:
+        twin = by_name.get(nic.name)
+        kind = nic.kind or (twin.kind if twin else None) or shared
+        speed = nic.bandwidth_gbps or (twin.bandwidth_gbps if twin else None)
+        out.append(replace(nic, kind=kind, bandwidth_gbps=speed))
+    return tuple(out)
 
 
 def _apply_k8s(nodes: NodesFile, scheme: LabelScheme, ledger: Ledger) -> None:
@@ -246,7 +273,8 @@ def _apply_k8s(nodes: NodesFile, scheme: LabelScheme, ledger: Ledger) -> None:
         if node.product:
             ledger.set(draft, "product", node.product, labels_origin)
         if node.memory_gib:
-            ledger.set(draft, "memoryGiB", node.memory_gib, labels_origin)
+            product = node.product or draft.values.get("product")
+            _set_reported_memory(draft, product, node.memory_gib, nodes.source, ledger)
         draft.sm = node.sm or draft.sm
         for key, value in (("cpu", node.cpu), ("memory", node.memory)):
             if value is not None:
@@ -264,7 +292,7 @@ def _apply_k8s(nodes: NodesFile, scheme: LabelScheme, ledger: Ledger) -> None:
             )
         replicas = node.labels.get("nvidia.com/gpu.replicas", "1")
         strategy = node.labels.get("nvidia.com/gpu.sharing-strategy", "none")
-        if replicas not in ("", "1") or strategy not in ("", "none"):
+        if replicas not in ("", "0", "1") or strategy not in ("", "none"):  # 0: what GFD writes for MIG devices
             ledger.notes.append(
                 Note(
                     nodes.source,
@@ -286,6 +314,16 @@ def _apply_k8s(nodes: NodesFile, scheme: LabelScheme, ledger: Ledger) -> None:
                 "from Slurm or AWS instance topology is kept (--label-preset zone uses the zone)",
             )
         )
+
+
+def _set_reported_memory(draft: Draft, product: str | None, reported: float, source: str, ledger: Ledger) -> None:
+    """A driver-reported size (GFD's label) becomes the product's one figure: its nominal size when a little
+    below it, so that a memory floor means the same on every source's nodes."""
+    figure, said = gpu_table.memory_figure(product, reported)
+    origin = f"node labels ({source})" if figure == reported else f"product name (labels report {reported:g})"
+    ledger.set(draft, "memoryGiB", figure, origin)
+    if said:
+        ledger.notes.append(Note(source, None, said))
 
 
 def _only_zone(node, scheme: LabelScheme) -> bool:
@@ -336,7 +374,26 @@ def _mark_busy(draft: Draft) -> None:
 # --- phase 3: derived values and defaults -----------------------------------------------------------------
 
 
-def _derive(draft: Draft, defaults: Defaults, ledger: Ledger) -> None:
+def _products_from_runs(runs: tuple[NcclTestRun, ...], ledger: Ledger) -> dict[str, tuple[str, str]]:
+    """Per node, the GPU name its nccl-tests rank lines give (``NVIDIA H100 80GB HBM3``, written as GFD writes
+    it: ``NVIDIA-H100-80GB-HBM3``), with the file; a node whose ranks name two products gets none."""
+    names: dict[str, set[str]] = {}
+    files: dict[str, str] = {}
+    for run in runs:
+        for rank in run.ranks:
+            draft = ledger.resolve(rank.host)
+            product = re.sub(r"\s+", "-", rank.gpu.strip())
+            if draft is not None and _GPU_NAME.fullmatch(product):
+                names.setdefault(draft.name, set()).add(product)
+                files.setdefault(draft.name, run.source)
+    return {
+        node: (found.pop(), f"nccl-tests rank lines ({files[node]})")
+        for node, found in names.items()
+        if len(found) == 1
+    }
+
+
+def _derive(draft: Draft, defaults: Defaults, ledger: Ledger, tested: tuple[str, str] | None = None) -> None:
     found = draft.hardware
     count = draft.values.get("gpus")
     if count is None:
@@ -348,10 +405,12 @@ def _derive(draft: Draft, defaults: Defaults, ledger: Ledger) -> None:
     if "product" not in draft.values:
         if known:
             ledger.set(draft, "product", known[0], "PCI device id")
+        elif defaults.product:
+            ledger.set(draft, "product", defaults.product, "--gpu-product")
+        elif tested:
+            ledger.set(draft, "product", *tested)
         else:
-            ledger.set(
-                draft, "product", defaults.product or DEFAULT_PRODUCT, "--gpu-product" if defaults.product else DEFAULT
-            )
+            ledger.set(draft, "product", DEFAULT_PRODUCT, DEFAULT)
     product = draft.values["product"]
     if "memoryGiB" not in draft.values:
         from_name = gpu_table.memory_of_product(product)
@@ -390,14 +449,8 @@ def _derive_links(draft: Draft, found: hw.NodeHardware | None, generation: str |
             return
         ledger.set(draft, "interconnect", "pcie", origin)
         return
-    by_name = gpu_table.interconnect_of_product(product)
-    if by_name:
-        ledger.set(draft, "interconnect", by_name, "product name")
-    else:
-        ledger.set(draft, "interconnect", "nvlink", DEFAULT)
-    if draft.values["interconnect"] == "nvlink":
-        gen = gpu_table.GENERATIONS.get(generation or "")
-        if gen is not None:
-            ledger.set(draft, "nvlinkGBps", gen.gbps_per_link * gen.links_per_gpu, f"generation table ({gen.name})")
-        else:
-            ledger.set(draft, "nvlinkGBps", None, DEFAULT)
+    guess = gpu_table.links_of_product(product, draft.values["gpus"])
+    ledger.set(draft, "interconnect", guess.interconnect, guess.origin)
+    if guess.nvlink_gbps is not None:
+        ledger.set(draft, "nvlinkGBps", guess.nvlink_gbps, guess.origin)
+    ledger.notes.append(Note("product table", None, guess.note))

@@ -4,13 +4,15 @@ Columns are found by name in the header, not by position: nccl-tests 2.10 printe
 ``size count type redop time algbw busbw error`` twice (out-of-place, in-place); 2.13 added ``root`` and
 replaced ``error`` (the largest deviation) by ``#wrong`` (a count). The ``#  Rank 0 ... on <host> device 0``
 lines say which hosts the test spanned, hence which link level its figure measures. Lines a test log may
-carry besides the table (NCCL INFO lines, launcher noise) are counted and reported, not parsed.
+carry besides the table (NCCL INFO lines, launcher noise) are counted and reported, not parsed. A log cut
+short before the largest size its header asks for (``maxBytes``) gives no figure: its peak would be a small
+message's bus bandwidth, far below what the link sustains (:meth:`NcclTestRun.cut_short`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from placer.importers.common import Note, error, short
 
@@ -66,6 +68,22 @@ class NcclTestRun:
     rows: tuple[Row, ...]
     avg_busbw_gbps: float | None
     notes: tuple[Note, ...] = field(default=())
+    max_bytes: int | None = None  # the header's maxBytes: the largest size the run was asked to measure
+
+    def cut_short(self) -> str | None:
+        """Why the run may have stopped before its largest message size (None: it did not). Its peak would
+        then be a small message's figure, far below what the link sustains, so no figure is taken from it."""
+        if self.avg_busbw_gbps is not None or not self.rows:
+            return None
+        largest = max(r.size_bytes for r in self.rows)
+        if self.max_bytes is None:
+            return (
+                f"the file ends at {largest} bytes with no '# Avg bus bandwidth' line and no maxBytes in its header, "
+                "so whether the run reached its largest size is unknown"
+            )
+        if largest < self.max_bytes:
+            return f"the run was cut short at {largest} bytes of the {self.max_bytes} its header asks for"
+        return None
 
     @property
     def hosts(self) -> list[str]:
@@ -100,6 +118,8 @@ def parse_nccl_tests(text: str, source: str) -> NcclTestRun:
     op = None
     noise: list[int] = []
     max_bytes: int | None = None  # the header's maxBytes: the largest size the run was asked to measure
+    header_line = 0
+    commented = 0  # result rows behind a '#': output quoted inside another file
     for number, raw in enumerate(lines, start=1):
         line = raw.strip()
         if not line:
@@ -110,9 +130,12 @@ def parse_nccl_tests(text: str, source: str) -> NcclTestRun:
             if header is not None:
                 if columns is not None and header != columns:
                     if not rows:
-                        raise error(source, number, _no_rows(noise))
+                        raise error(source, number, _no_rows(noise, commented))
                     raise error(source, number, "a second results table with other columns: one run per file")
-                columns, width = header, len(tokens)
+                columns, width, header_line = header, len(tokens), number
+                continue
+            if columns is not None and len(tokens) == width and tokens[0].isdigit():
+                commented += 1
                 continue
             if (m := _RANK.match(line)) is not None:
                 ranks.append(Rank(int(m.group(1)), m.group(2), int(m.group(3)), m.group(4), m.group(5)))
@@ -140,7 +163,7 @@ def parse_nccl_tests(text: str, source: str) -> NcclTestRun:
             "no nccl-tests results table found (expected a '#  size  count  type ... busbw' header line)",
         )
     if not rows:
-        raise error(source, None, _no_rows(noise))
+        raise error(source, header_line, _no_rows(noise, commented))
     if noise:
         notes.append(
             Note(
@@ -152,19 +175,6 @@ def parse_nccl_tests(text: str, source: str) -> NcclTestRun:
     for row in rows:
         if row.out_of_place.wrong or row.in_place.wrong:
             notes.append(Note(source, row.line, f"size {row.size_bytes}: wrong results reported; not used"))
-    if avg is None:
-        largest = max(r.size_bytes for r in rows)
-        if max_bytes is not None and largest < max_bytes:
-            notes.append(
-                Note(
-                    source,
-                    None,
-                    "the file ends before the '# Avg bus bandwidth' line, and the header asks for sizes up to "
-                    f"{max_bytes} bytes: the run was cut short at {largest} bytes, so the figure may be low",
-                )
-            )
-        else:
-            notes.append(Note(source, None, "the file ends before the '# Avg bus bandwidth' line (cut short?)"))
     if not ranks:
         notes.append(Note(source, None, "no '#  Rank ... on <host>' lines: the hosts the test spanned are unknown"))
     layout = (
@@ -174,12 +184,21 @@ def parse_nccl_tests(text: str, source: str) -> NcclTestRun:
         if "redop" in columns
         else "columns: " + " ".join(k for k, _ in sorted(columns.items(), key=lambda kv: kv[1]))
     )
-    return NcclTestRun(source, layout, op, tuple(ranks), tuple(rows), avg, tuple(notes))
+    run = NcclTestRun(source, layout, op, tuple(ranks), tuple(rows), avg, (), max_bytes)
+    if avg is None:
+        why = run.cut_short()
+        what = f"{why}; no figure is taken from it" if why else "its largest size was measured"
+        notes.append(Note(source, None, f"the file ends before the '# Avg bus bandwidth' line: {what}"))
+    return replace(run, notes=tuple(notes))
 
 
-def _no_rows(noise: list[int]) -> str:
-    quoted = "" if noise else " (every line is a '#' comment: is the output quoted inside another file?)"
-    return f"the results table has no rows{quoted}"
+def _no_rows(noise: list[int], commented: int) -> str:
+    """Why a header has no rows under it: rows behind '#' (quoted output), other lines, or nothing (cut short)."""
+    if commented:
+        return "the results table has no rows (every line is a '#' comment: is the output quoted inside another file?)"
+    if noise:
+        return f"the results table has no rows ({len(noise)} other line(s), none a result row)"
+    return "the results table has no rows: the log ends after its header (cut short?)"
 
 
 def _row(tokens: list[str], columns: dict[str, int], source: str, number: int) -> Row:

@@ -13,6 +13,7 @@ entity can be declared, expanded or fetched, and with limits on size and depth; 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from xml.parsers import expat
 
@@ -182,13 +183,15 @@ def parse_nccl_xml(text: str, source: str) -> NcclTopology:
     numa_nodes: list[int] = []
     raw_gpus: list[tuple[Element, int | None, tuple[int, ...]]] = []
     nics: list[XmlNic] = []
-    unknown_pci = 0
+    unknown_pci: list[Element] = []  # leaf <pci> devices whose class is missing or not a hex number
     for cpu in root.children:
         if cpu.tag != "cpu":
             continue
         numa = _int(cpu.attrs.get("numaid"), 10)
         if numa is None:
-            notes.append(Note(source, cpu.line, "<cpu> without a numaid: its devices get no NUMA node"))
+            given = cpu.attrs.get("numaid")
+            what = "without a numaid" if given is None else f"numaid={short(given, 20)} is not a NUMA node number"
+            notes.append(Note(source, cpu.line, f"<cpu> {what}: its devices get no NUMA node"))
         else:
             numa_nodes.append(numa)
         for element, path in _walk(cpu):
@@ -196,7 +199,7 @@ def parse_nccl_xml(text: str, source: str) -> NcclTopology:
                 cls = _int(element.attrs.get("class"), 16)
                 if cls is None:
                     if not any(c.tag == "pci" for c in element.children):
-                        unknown_pci += 1
+                        unknown_pci.append(element)
                 elif cls >> 16 == 0x03:
                     raw_gpus.append((element, numa, path))
                 elif cls >> 16 == 0x02 and not any(c.tag == "nic" for c in element.children):
@@ -206,15 +209,18 @@ def parse_nccl_xml(text: str, source: str) -> NcclTopology:
                 cls = _int(pci.attrs.get("class"), 16) if pci is not None else None
                 nets: list[Element | None] = [c for c in element.children if c.tag == "net"] or [None]
                 for net in nets:
-                    nics.append(_pci_nic(pci or element, cls, numa, path[:-1] if pci is not None else path, net))
+                    nic = _pci_nic(pci or element, cls, numa, path[:-1] if pci is not None else path, net)
+                    nics.append(nic)
+                    if cls is None:
+                        notes.append(Note(source, nic.line, _kind_without_class(nic)))
     if not raw_gpus:
         what = (
-            f"its {unknown_pci} <pci> device(s) carry no class attribute, so GPUs and NICs cannot be told apart "
-            "(a hint file that only pins PCI devices to NUMA nodes)"
+            f"its {_classless(unknown_pci)}, so GPUs and NICs cannot be told apart"
+            + ("" if _first_bad_class_line(unknown_pci) else " (a hint file that only pins PCI devices to NUMA nodes)")
             if unknown_pci
             else "no <pci> element with a GPU class (0x03....)"
         )
-        raise error(source, root.line, f"no GPU found: {what}")
+        raise error(source, _first_bad_class_line(unknown_pci) or root.line, f"no GPU found: {what}")
     gpus, nvlinks, hint = _gpus(raw_gpus, source, notes)
     if hint:
         notes.append(
@@ -222,12 +228,28 @@ def parse_nccl_xml(text: str, source: str) -> NcclTopology:
                 source,
                 None,
                 "a hint file: no <gpu> or <nvlink> elements, so NVLink connectivity is unknown; only the GPUs' "
-                "PCIe switches and NUMA nodes are used (combine with nvidia-smi topo -m for NVLink)",
+                "PCIe switches and NUMA nodes are used, and the interconnect follows the GPU product (only an "
+                "NVSwitch board's is nvlink; see the product-table note); combine with nvidia-smi topo -m for NVLink",
             )
         )
     if unknown_pci:
-        notes.append(Note(source, None, f"{unknown_pci} <pci> device(s) without a class ignored"))
+        notes.append(Note(source, unknown_pci[0].line, f"{_classless(unknown_pci)}: ignored"))
     return NcclTopology(source, hint, tuple(sorted(set(numa_nodes))), gpus, tuple(nics), nvlinks, tuple(notes))
+
+
+def _classless(devices: list[Element]) -> str:
+    """How many <pci> devices have no usable class, and why: none given, or a value that is not a hex code."""
+    bad = [d for d in devices if "class" in d.attrs]
+    if not bad:
+        return f"{len(devices)} <pci> device(s) carry no class attribute"
+    return (
+        f"{len(devices)} <pci> device(s) have no usable class (class={short(bad[0].attrs['class'], 20)} at line "
+        f"{bad[0].line} is not a hex PCI class code such as 0x030200)"
+    )
+
+
+def _first_bad_class_line(devices: list[Element]) -> int | None:
+    return next((d.line for d in devices if "class" in d.attrs), None)
 
 
 def _walk(cpu: Element) -> list[tuple[Element, tuple[int, ...]]]:
@@ -252,7 +274,9 @@ def _gpus(
         order = sorted(range(len(raw)), key=lambda k: devs[k] or 0)
     else:
         if not hint:
-            notes.append(Note(source, None, "GPUs numbered in PCI bus order: <gpu dev> missing or repeated"))
+            notes.append(
+                Note(source, None, "GPUs numbered in PCI bus order: <gpu dev> missing, not a number or repeated")
+            )
         order = sorted(range(len(raw)), key=lambda k: raw[k][0].attrs.get("busid", "").lower())
     gpus: list[XmlGpu] = []
     for index, k in enumerate(order):
@@ -301,8 +325,26 @@ def _gpus(
     return tuple(gpus), nvlinks, hint
 
 
+_ETHERNET_NETDEV = re.compile(r"^(eth|en[a-z]|em|bond)[0-9a-z]*$")
+
+
+def nic_kind(cls: int | None, net_name: str | None) -> str | None:
+    """InfiniBand or Ethernet: the PCI class says (0x0207, 0x0200); without one, a kernel Ethernet interface
+    name (``eth0``, ``ens5``: what NCCL's socket transport names its NICs, where an InfiniBand HCA is
+    ``mlx5_0``) is Ethernet; anything else is unknown."""
+    if cls is not None:
+        return {0x0207: "infiniband", 0x0200: "ethernet"}.get(cls >> 8)
+    return "ethernet" if net_name and _ETHERNET_NETDEV.match(net_name) else None
+
+
+def _kind_without_class(nic: XmlNic) -> str:
+    if nic.kind == "ethernet":
+        return f"NIC {short(nic.name, 20)}: no PCI class; taken as Ethernet from its interface name"
+    return f"NIC {short(nic.name, 20)}: no PCI class or interface name says whether it is InfiniBand or Ethernet"
+
+
 def _pci_nic(el: Element, cls: int | None, numa: int | None, path: tuple[int, ...], net: Element | None) -> XmlNic:
-    kind = {0x0207: "infiniband", 0x0200: "ethernet"}.get(cls >> 8) if cls is not None else None
+    kind = nic_kind(cls, net.attrs.get("name") if net is not None else None)
     speed = _int(net.attrs.get("speed"), 10) if net is not None else None  # Mb/s
     bus = el.attrs.get("busid")
     name = net.attrs.get("name") if net is not None else None

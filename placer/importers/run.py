@@ -21,7 +21,7 @@ from placer.importers.k8s_nodes import label_scheme, parse_nodes
 from placer.importers.k8s_pods import parse_pods
 from placer.importers.ledger import DEFAULT, Ledger
 from placer.importers.merge import Defaults, HardwareFile, Sources, apply_sources
-from placer.importers.nccl_tests import parse_nccl_tests
+from placer.importers.nccl_tests import NcclTestRun, parse_nccl_tests
 from placer.importers.nccl_xml import parse_nccl_xml
 from placer.importers.prom import MetricsFile, parse_metrics
 from placer.importers.resourceslices import gpu_ids, parse_resourceslices
@@ -146,6 +146,8 @@ def read_sources(options: ImportOptions) -> tuple[Sources, list[SourceLine]]:
         )
         if run.avg_busbw_gbps is not None:
             figure += f", average bus bandwidth {run.avg_busbw_gbps:g} GB/s"
+        if run.cut_short():
+            figure += " (cut short: not attached)"
         lines.append(SourceLine("nccl-tests", str(path), f"{len(run.hosts)} host(s), {len(run.rows)} sizes, {figure}"))
     if options.slurm is not None:
         slurm = parse_slurm(read_source(options.slurm), str(options.slurm))
@@ -222,9 +224,20 @@ def merge_sources(
         report.provenance["gpuIds"] = dict(sorted(id_origin.items()))
     if sources.resourceslices is not None:
         report.notes[:0] = list(sources.resourceslices.notes)
+    if options.strict:
+        _refuse_cut_runs(sources.nccl_tests)
     if options.strict and report.conflicts:
         raise InputError("conflicting sources (--strict):\n  " + "\n  ".join(report.conflicts))
     return ImportResult(document, spec, topo, report)
+
+
+def _refuse_cut_runs(runs: tuple[NcclTestRun, ...]) -> None:
+    """Under --strict, an nccl-tests log that stopped before its largest size is an error, not a note."""
+    cut = [f"{r.source}: {why}" for r in runs if (why := r.cut_short())]
+    if cut:
+        raise InputError(
+            "nccl-tests run(s) cut short (--strict): no figure can be taken from them:\n  " + "\n  ".join(cut)
+        )
 
 
 def import_cluster(options: ImportOptions) -> ImportResult:

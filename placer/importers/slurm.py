@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from placer.importers.common import Note, check_node_count, error, got, is_label_value, is_node_name, short
 from placer.model.errors import InputError
 from placer.model.load import parse_documents
@@ -242,7 +244,8 @@ def parse_topology_conf(text: str, source: str) -> SlurmTopology:
     builder = _Builder(source)
     number = 0
     pending = ""
-    for number, raw in enumerate(text.replace("\r\n", "\n").split("\n"), start=1):
+    lines = text.replace("\r\n", "\n").split("\n")
+    for number, raw in enumerate(lines, start=1):
         alias = _ALIAS.match(raw.strip())
         if alias:
             builder.aliases[alias.group(1)] = alias.group(2)
@@ -251,11 +254,36 @@ def parse_topology_conf(text: str, source: str) -> SlurmTopology:
             pending = line.rstrip()[:-1] + " "
             continue
         pending = ""
-        if line.strip():
+        if not line.strip():
+            continue
+        try:
             _conf_line(line, number, builder)
+        except InputError as exc:
+            if number < len(lines):
+                raise
+            raise InputError(f"{exc} (the last line, without a newline: is the file cut short?)") from None
     if builder.plugin == "flat" and not builder.block_sizes:
         raise error(source, None, "no SwitchName= or BlockName= line: not a Slurm topology.conf")
+    if not text.endswith("\n"):
+        _check_cut_hostlist(builder, number)
     return builder.build()
+
+
+def _check_cut_hostlist(builder: _Builder, last: int) -> None:
+    """A file that ends without a newline may be a copy cut mid-line: a node of its last line whose name is
+    only the start of other nodes' names (``Nodes=srv`` beside ``srv1101``...) is a hostlist cut short."""
+    groups = [(m, line) for _, m, line in builder.switches.values()] + list(builder.blocks.values())
+    mine = [n for members, line in groups if line == last for n in members]
+    others = {n for members, line in groups if line != last for n in members}
+    for name in mine:
+        longer = next((o for o in sorted(others) if o.startswith(name) and o != name), None)
+        if longer is not None:
+            raise error(
+                builder.source,
+                last,
+                f"node {short(name)} on the last line, which has no newline, is only the start of other node names "
+                f"({longer}, ...): the file looks cut short inside a hostlist",
+            )
 
 
 def _conf_line(line: str, number: int, builder: _Builder) -> None:
@@ -295,18 +323,54 @@ def _sizes(values: list[Any], source: str, line: int | None) -> list[int]:
     return out
 
 
+@dataclass(frozen=True)
+class _Yaml:
+    """Lines for messages about a topology.yaml: the composed node tree the data came from."""
+
+    source: str
+    text: str
+    root: yaml.Node
+
+    def node(self, *path: str | int) -> yaml.Node:
+        """The node at ``path`` (mapping keys, list indices), or the deepest one on the way that exists."""
+        node = self.root
+        for step in path:
+            if isinstance(node, yaml.MappingNode):
+                inner = next((v for k, v in node.value if getattr(k, "value", None) == step), None)
+            elif isinstance(node, yaml.SequenceNode) and isinstance(step, int) and step < len(node.value):
+                inner = node.value[step]
+            else:
+                inner = None
+            if inner is None:
+                break
+            node = inner
+        return node
+
+    def error(self, path: tuple[str | int, ...], text: str) -> InputError:
+        """An error at the line of ``path``, saying so when the file ends right there without a newline (a copy
+        cut short)."""
+        node = self.node(*path)
+        inner = path[1:] if len(path) > 1 else ()  # below the list of topologies
+        where = ".".join(f"[{p}]" if isinstance(p, int) else p for p in inner).replace(".[", "[")
+        where = where or f"entry {path[0] + 1 if path and isinstance(path[0], int) else 1}"
+        ends_here = not self.text.endswith("\n") and not self.text[node.end_mark.index :].strip()
+        cut = " (the file ends there, without a newline: cut short?)" if ends_here else ""
+        return error(self.source, node.start_mark.line + 1, f"{where}: {text}{cut}")
+
+
 def parse_topology_yaml(text: str, source: str) -> SlurmTopology:
     """Parse a ``topology.yaml``: the topology marked ``cluster_default: true`` (else the first) is used."""
     docs = parse_documents(text, source)
     if len(docs) != 1 or not isinstance(docs[0][0], list):
         raise error(source, None, "expected one YAML document holding a list of '- topology: <name>' entries")
-    entries = docs[0][0]
-    valid = [e for e in entries if isinstance(e, dict) and isinstance(e.get("topology"), str)]
-    if len(valid) != len(entries) or not valid:
-        raise error(source, None, "every entry must be a mapping starting with 'topology: <name>'")
-    chosen = next((e for e in valid if e.get("cluster_default") is True), valid[0])
+    entries, at = docs[0][0], _Yaml(source, text, docs[0][1])
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("topology"), str):
+            raise at.error((i,), f"expected a mapping starting with 'topology: <name>', {got(entry)}")
+    k = next((i for i, e in enumerate(entries) if e.get("cluster_default") is True), 0)
+    chosen = entries[k]
     builder = _Builder(source)
-    for other in valid:
+    for other in entries:
         if other is not chosen:
             builder.notes.append(
                 Note(
@@ -315,21 +379,24 @@ def parse_topology_yaml(text: str, source: str) -> SlurmTopology:
                     f"topology {short(other['topology'])} ignored: {short(chosen['topology'])} is the cluster default",
                 )
             )
-    try:
-        if "tree" in chosen:
-            for s in _list(chosen["tree"], "switches", source):
-                builder.switch(_str(s, "switch", source), _opt(s, "children"), _opt(s, "nodes"), None)
-        elif "block" in chosen:
-            block = chosen["block"]
-            if not isinstance(block, dict):
-                raise error(source, None, "block: expected a mapping with blocks and block_sizes")
-            builder.block_sizes = _sizes(block.get("block_sizes") or [], source, None)
-            for b in _list(block, "blocks", source):
-                builder.block(_str(b, "block", source), _opt(b, "nodes"), None)
-        elif chosen.get("flat") is not True:
-            raise error(source, None, f"topology {short(chosen['topology'])}: expected tree, block or flat: true")
-    except (TypeError, AttributeError) as exc:  # pragma: no cover - the checks above cover the shapes
-        raise InputError(f"{source}: unexpected structure ({exc})") from None
+    if "tree" in chosen:
+        for i, sw in enumerate(_list(chosen["tree"], (k, "tree", "switches"), at, "switch")):
+            line = at.node(k, "tree", "switches", i).start_mark.line + 1
+            name = _str(sw, (k, "tree", "switches", i, "switch"), at)
+            builder.switch(name, _opt(sw, "children"), _opt(sw, "nodes"), line)
+    elif "block" in chosen:
+        block = chosen["block"]
+        if not isinstance(block, dict):
+            raise at.error((k, "block"), "expected a mapping with blocks and block_sizes")
+        sizes = block.get("block_sizes") or []
+        if not isinstance(sizes, list):
+            raise at.error((k, "block", "block_sizes"), f"expected a list of sizes, {got(sizes)}")
+        builder.block_sizes = _sizes(sizes, source, at.node(k, "block", "block_sizes").start_mark.line + 1)
+        for i, b in enumerate(_list(block, (k, "block", "blocks"), at, "block")):
+            line = at.node(k, "block", "blocks", i).start_mark.line + 1
+            builder.block(_str(b, (k, "block", "blocks", i, "block"), at), _opt(b, "nodes"), line)
+    elif chosen.get("flat") is not True:
+        raise at.error((k,), f"topology {short(chosen['topology'])}: expected tree, block or flat: true")
     topo = builder.build()
     if topo.plugin == "flat":
         return SlurmTopology(
@@ -338,17 +405,21 @@ def parse_topology_yaml(text: str, source: str) -> SlurmTopology:
     return topo
 
 
-def _list(parent: Any, key: str, source: str) -> list[dict[str, Any]]:
-    value = parent.get(key) if isinstance(parent, dict) else None
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise error(source, None, f"{key}: expected a list of mappings")
+def _list(parent: Any, path: tuple[str | int, ...], at: _Yaml, item: str) -> list[dict[str, Any]]:
+    """The list of mappings at ``path``; an item that is not a mapping is named with its line."""
+    value = parent.get(path[-1]) if isinstance(parent, dict) else None
+    if not isinstance(value, list):
+        raise at.error(path, f"expected a list of mappings ('- {item}: NAME' ...), {got(value)}")
+    for i, entry in enumerate(value):
+        if not isinstance(entry, dict):
+            raise at.error((*path, i), f"expected a mapping such as '{item}: NAME' with nodes, {got(entry)}")
     return value
 
 
-def _str(entry: dict[str, Any], key: str, source: str) -> str:
-    value = entry.get(key)
+def _str(entry: dict[str, Any], path: tuple[str | int, ...], at: _Yaml) -> str:
+    value = entry.get(path[-1])
     if not isinstance(value, str) or not value:
-        raise error(source, None, f"{key}: expected a name, {got(value)}")
+        raise at.error(path, f"expected a name, {got(value)}")
     return value
 
 

@@ -4,7 +4,9 @@ Phase 1 finds the header (the line whose first column is ``GPU0``) and splits it
 (``GPU#``, ``NIC#`` or old-style NIC names such as ``mlx5_0``) and info columns (``CPU Affinity``,
 ``NUMA Affinity``, ``GPU NUMA ID``). Phase 2 reads one row per device column, in order, checking every cell:
 a missing row, a short row or two cells run together is a damaged copy and is refused with its line.
-Phase 3 reads the ``NIC Legend`` (``NIC0: mlx5_0``) and notes anything else it does not recognise.
+Phase 3 reads the ``NIC Legend`` (``NIC0: mlx5_0``) and notes anything else it does not recognise. A legend
+without an ``NV#`` line is ``topo -mp`` output, which does not show NVLink at all: the hardware it gives then
+says NVLink is unknown, so the product decides (as for an NCCL hint file), not "no NVLink".
 
 Layouts seen in the wild: tab-separated (the real output), copies whose tabs became runs of spaces (then
 empty fields vanish, so info values are matched to their columns from the right), empty CPU-affinity
@@ -29,6 +31,8 @@ _DEVICE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]{0,31}$")
 _CPULIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 _LEGEND_NIC = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 _LEGEND_LINE = re.compile(r"^\s*(X|SYS|SOC|NODE|PHB|PXB|PIX|NV#|NVB|C2C)\s*=")
+_NIC_LABEL = re.compile(r"^NIC\d+$")
+_NV_CELL = re.compile(r"^NV\d+$")
 MAX_DEVICES = 512
 
 
@@ -43,6 +47,7 @@ class TopoMatrix:
     gpus: tuple[GpuInfo, ...]
     nic_names: dict[str, str]  # column label -> device name (from the NIC Legend, else the label itself)
     notes: tuple[Note, ...]
+    shows_nvlink: bool = True  # False for ``topo -mp``, whose legend has no NV# line: NVLink is not shown
 
     @property
     def gpu_columns(self) -> list[str]:
@@ -71,7 +76,7 @@ class TopoMatrix:
             NicInfo(name=self.nic_names.get(col, col), links=tuple(self.cells[(col, g)] for g in gpu_cols))
             for col in self.nic_columns
         )
-        return NodeHardware(self.source, KIND, self.gpus, links, nics, True, self.notes)
+        return NodeHardware(self.source, KIND, self.gpus, links, nics, self.shows_nvlink, self.notes)
 
 
 @dataclass
@@ -119,9 +124,46 @@ def parse_topo_matrix(text: str, source: str) -> TopoMatrix:
                     f"matrix is not symmetric: {a}->{b} is {cells[(a, b)]} but {b}->{a} is {cells[(b, a)]} "
                     "(a damaged copy?)",
                 )
-    nic_names = _read_tail(lines, row + 1, header, source, notes)
+    nic_names, legend = _read_tail(lines, row + 1, header, source, notes)
     gpus = _gpu_infos(header, infos, source, notes)
-    return TopoMatrix(source, tuple(header.devices), cells, tuple(header.info), gpus, nic_names, tuple(notes))
+    _note_unnamed_nics(header, nic_names, source, notes)
+    shows_nvlink = _shows_nvlink(legend, any(_NV_CELL.match(c) for c in cells.values()), source, notes)
+    return TopoMatrix(
+        source, tuple(header.devices), cells, tuple(header.info), gpus, nic_names, tuple(notes), shows_nvlink
+    )
+
+
+def _note_unnamed_nics(header: _Header, nic_names: dict[str, str], source: str, notes: list[Note]) -> None:
+    """``NIC#`` columns the NIC Legend did not name (a copy that ends before it) keep their labels, said so."""
+    unnamed = [c for c in header.devices if _NIC_LABEL.match(c) and c not in nic_names]
+    if unnamed:
+        notes.append(
+            Note(
+                source,
+                None,
+                f"{len(unnamed)} NIC column(s) ({unnamed[0]}...) not named by a NIC Legend (the copy ends before it?): "
+                "kept as their column labels",
+            )
+        )
+
+
+def _shows_nvlink(legend: set[str] | None, nv_cells: bool, source: str, notes: list[Note]) -> bool:
+    """Whether the matrix would show NVLink: not in ``topo -mp`` output, whose legend has no ``NV#`` line.
+    Without a legend (a copy cut short) it cannot tell, and the matrix is read as it stands (conservative)."""
+    if legend is None:
+        notes.append(Note(source, None, "no Legend after the matrix (the copy ends before it?)"))
+        return True
+    if nv_cells or "NV#" in legend:
+        return True
+    notes.append(
+        Note(
+            source,
+            None,
+            "the legend has no NV# line: this is nvidia-smi topo -mp output, which shows PCIe paths only, not "
+            "NVLink; the interconnect follows the GPU product instead (give nvidia-smi topo -m for the NVLinks)",
+        )
+    )
+    return False
 
 
 def _find_header(lines: list[str], source: str, notes: list[Note]) -> _Header:
@@ -285,14 +327,24 @@ def _int_or_none(value: str | None, what: str, source: str, notes: list[Note]) -
     return None
 
 
-def _read_tail(lines: list[str], start: int, header: _Header, source: str, notes: list[Note]) -> dict[str, str]:
-    """The NIC Legend (``NIC0: mlx5_0``); legend lines are known text; anything else is noted."""
+def _read_tail(
+    lines: list[str], start: int, header: _Header, source: str, notes: list[Note]
+) -> tuple[dict[str, str], set[str] | None]:
+    """The NIC Legend (``NIC0: mlx5_0``) and the codes the Legend explains (None: no Legend); anything else
+    is noted."""
     names: dict[str, str] = {}
+    legend: set[str] | None = None
     ignored: list[int] = []
     for number in range(start, len(lines)):
         line = lines[number]
         stripped = line.strip()
-        if not stripped or stripped in ("Legend:", "NIC Legend:") or _LEGEND_LINE.match(line):
+        if stripped == "Legend:":
+            legend = legend or set()
+            continue
+        if (code := _LEGEND_LINE.match(line)) is not None:
+            legend = (legend or set()) | {code.group(1)}
+            continue
+        if not stripped or stripped == "NIC Legend:":
             continue
         match = _LEGEND_NIC.match(line)
         if match and match.group(1) in header.devices:
@@ -312,4 +364,4 @@ def _read_tail(lines: list[str], start: int, header: _Header, source: str, notes
         if not _DEVICE.match(name):
             notes.append(Note(source, None, f"NIC Legend name {short(name)} for {label} not usable; kept {label}"))
             names[label] = label
-    return names
+    return names, legend
