@@ -11,11 +11,11 @@ Inventory files describe hardware; the live cluster comes later because it is wh
 value is recorded as a conflict (``--strict`` makes them errors), never resolved silently. Domain names are
 compared as partitions: two sources may name the same leaf differently; they conflict only when they group
 nodes differently.
-Phase 3 derives what the model needs (NVLink GB/s from ``NV#`` and the GPU generation, sockets, rails) and
-fills the rest from documented defaults, each counted in the report. Where no source shows the NVLinks, the
-product table decides (``gpus.links_of_product``: only NVSwitch boards are ``nvlink``), and says so.
-``document.py`` then groups nodes into classes and validates the result; nccl-tests figures become
-``overrides`` on the domain the test spanned.
+Phase 3 (``derive.py``) derives what the model needs (NVLink GB/s from ``NV#`` and the GPU generation,
+sockets, rails) and fills the rest from documented defaults, each counted in the report. Where no source
+shows the NVLinks, the product table decides (``gpus.links_of_product``: only NVSwitch boards are
+``nvlink``), and says so. ``document.py`` then groups nodes into classes and validates the result;
+nccl-tests figures become ``overrides`` on the domain the test spanned.
 """
 
 from __future__ import annotations
@@ -29,20 +29,17 @@ from placer.importers import gpus as gpu_table
 from placer.importers import hardware as hw
 from placer.importers.aws_topology import InstanceTopology
 from placer.importers.common import Note, is_node_name
+from placer.importers.derive import Defaults, derive, products_from_runs
 from placer.importers.domains import RACK_FROM_NVLINK, add_domain, check_partitions, final_domains
 from placer.importers.k8s_nodes import ZONE, LabelScheme, NodesFile, domains_from_labels, kept_labels
 from placer.importers.k8s_pods import PodsFile
-from placer.importers.ledger import DEFAULT, Draft, Ledger
+from placer.importers.ledger import Draft, Ledger
 from placer.importers.nccl_tests import NcclTestRun
 from placer.importers.resourceslices import ResourceSlices
 from placer.importers.slurm import SlurmTopology
 from placer.model.errors import InputError
 
-DEFAULT_PRODUCT = "unknown"
-DEFAULT_MEMORY_GIB = 1.0
-"""A GPU whose memory no source reports gets 1 GiB, so that no memory floor in a spec is met by a guess."""
 _GLOB = re.compile(r"[*?\[]")
-_GPU_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._()-]{0,62}")  # a GPU name as nvidia-smi prints it, spaces as '-'
 
 
 @dataclass(frozen=True)
@@ -64,14 +61,6 @@ class Sources:
     resourceslices: ResourceSlices | None = None  # GPU identifiers only (gpuIds), applied after the merge
 
 
-@dataclass(frozen=True)
-class Defaults:
-    """User-given fallbacks (``--gpu-product``, ``--gpu-memory-gib``) for nodes no source describes."""
-
-    product: str | None = None
-    memory_gib: float | None = None
-
-
 def apply_sources(sources: Sources, scheme: LabelScheme, defaults: Defaults) -> Ledger:
     """Phases 1-3: the drafts of every node with values, provenance, busy GPUs and domains."""
     ledger = Ledger()
@@ -84,9 +73,9 @@ def apply_sources(sources: Sources, scheme: LabelScheme, defaults: Defaults) -> 
         _apply_hardware(hw_file, ledger, named.get(k))
     if sources.nodes is not None:
         _apply_k8s(sources.nodes, scheme, ledger)
-    tested = _products_from_runs(sources.nccl_tests, ledger)
+    tested = products_from_runs(sources.nccl_tests, ledger)
     for draft in ledger.drafts.values():
-        _derive(draft, defaults, ledger, tested.get(draft.name))
+        derive(draft, defaults, ledger, tested.get(draft.name))
     if sources.pods is not None:
         _apply_pods(sources.pods, ledger)
     for draft in ledger.drafts.values():
@@ -369,88 +358,3 @@ def _mark_busy(draft: Draft) -> None:
     count = draft.values.get("gpus") or 0
     free = [i for i in range(count) if i not in draft.busy]
     draft.busy.extend(free[len(free) - min(draft.unavailable, len(free)) :])
-
-
-# --- phase 3: derived values and defaults -----------------------------------------------------------------
-
-
-def _products_from_runs(runs: tuple[NcclTestRun, ...], ledger: Ledger) -> dict[str, tuple[str, str]]:
-    """Per node, the GPU name its nccl-tests rank lines give (``NVIDIA H100 80GB HBM3``, written as GFD writes
-    it: ``NVIDIA-H100-80GB-HBM3``), with the file; a node whose ranks name two products gets none."""
-    names: dict[str, set[str]] = {}
-    files: dict[str, str] = {}
-    for run in runs:
-        for rank in run.ranks:
-            draft = ledger.resolve(rank.host)
-            product = re.sub(r"\s+", "-", rank.gpu.strip())
-            if draft is not None and _GPU_NAME.fullmatch(product):
-                names.setdefault(draft.name, set()).add(product)
-                files.setdefault(draft.name, run.source)
-    return {
-        node: (found.pop(), f"nccl-tests rank lines ({files[node]})")
-        for node, found in names.items()
-        if len(found) == 1
-    }
-
-
-def _derive(draft: Draft, defaults: Defaults, ledger: Ledger, tested: tuple[str, str] | None = None) -> None:
-    found = draft.hardware
-    count = draft.values.get("gpus")
-    if count is None:
-        ledger.set(draft, "gpus", 0, DEFAULT)
-        count = 0
-    if not count:
-        return
-    known = next((gpu_table.PCI_DEVICES[g.device_id] for g in found.gpus if g.device_id), None) if found else None
-    if "product" not in draft.values:
-        if known:
-            ledger.set(draft, "product", known[0], "PCI device id")
-        elif defaults.product:
-            ledger.set(draft, "product", defaults.product, "--gpu-product")
-        elif tested:
-            ledger.set(draft, "product", *tested)
-        else:
-            ledger.set(draft, "product", DEFAULT_PRODUCT, DEFAULT)
-    product = draft.values["product"]
-    if "memoryGiB" not in draft.values:
-        from_name = gpu_table.memory_of_product(product)
-        if known:
-            ledger.set(draft, "memoryGiB", known[1], "PCI device id")
-        elif from_name:
-            ledger.set(draft, "memoryGiB", from_name, "product name")
-        elif defaults.memory_gib:
-            ledger.set(draft, "memoryGiB", defaults.memory_gib, "--gpu-memory-gib")
-        else:
-            ledger.set(draft, "memoryGiB", DEFAULT_MEMORY_GIB, DEFAULT)
-    sm = draft.sm or next((g.sm for g in found.gpus if g.sm), None) if found else draft.sm
-    generation = (
-        gpu_table.generation_of_sm(sm) or (known[2] if known else None) or gpu_table.generation_of_product(product)
-    )
-    _derive_links(draft, found, generation, ledger)
-
-
-def _derive_links(draft: Draft, found: hw.NodeHardware | None, generation: str | None, ledger: Ledger) -> None:
-    product = draft.values["product"]
-    origin = f"{found.kind} ({found.source})" if found else ""
-    if found is not None:
-        socket_of, how = hw.sockets(found)
-        ledger.set(draft, "sockets", len(set(socket_of.values())), f"{origin}, {how}")
-        draft.socket_of = dict(socket_of)
-    elif draft.values["gpus"] > 1:
-        ledger.set(draft, "sockets", 1, DEFAULT)
-    if draft.values["gpus"] < 2:
-        return
-    if found is not None and found.nvlink_known:
-        if hw.all_pairs_nvlink(found):
-            links = hw.min_nvlinks(found)
-            ledger.set(draft, "interconnect", "nvlink", origin)
-            rate = gpu_table.GENERATIONS[generation].name if generation else "assumed 50 GB/s per link"
-            ledger.set(draft, "nvlinkGBps", gpu_table.nvlink_gbps(links, generation), f"NV{links} x {rate}")
-            return
-        ledger.set(draft, "interconnect", "pcie", origin)
-        return
-    guess = gpu_table.links_of_product(product, draft.values["gpus"])
-    ledger.set(draft, "interconnect", guess.interconnect, guess.origin)
-    if guess.nvlink_gbps is not None:
-        ledger.set(draft, "nvlinkGBps", guess.nvlink_gbps, guess.origin)
-    ledger.notes.append(Note("product table", None, guess.note))
