@@ -266,8 +266,8 @@ def test_validate_good_inputs(spec: str, cluster: str) -> None:
 
 
 def test_validate_fails_a_gpu_selector_that_matches_no_node(tmp_path: Path) -> None:
-    """An H100 80GB imported from GPU Feature Discovery has 79.65 GiB: a spec asking 80 is valid, the cluster
-    is valid, and nothing can ever be placed. validate said "0 candidate place(s)" and exited 0."""
+    """A spec asking more GPU memory than any node has (100 GiB of H100 80GBs) is valid, the cluster is
+    valid, and nothing can ever be placed. validate said "0 candidate place(s)" and exited 0."""
     doc = yaml.safe_load((SPECS / "aggregated-tp8.yaml").read_text())
     doc["pools"]["aggregated"]["gpu"] = {"minMemoryGiB": 100}
     spec = tmp_path / "big.yaml"
