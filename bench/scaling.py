@@ -1,7 +1,9 @@
 """How placer scales with the cluster: 1k / 10k / 30k / 100k GPUs, DGX H100 and GB200 NVL72 styles.
 
-Per (style, size): `placer cluster generate` as a fresh process (wall, CPU), then per spec one whole
-`placer solve` as a fresh process (bench/solve_once.py: load, build, solve, verify, emit manifests, write
+Per (style, size): `placer cluster generate` as a fresh process (wall, CPU), once as YAML and once as JSON
+(`-o cluster.json`, what a tool writing a 100k-GPU cluster would choose); loading each (a fresh process
+running `placer.model.load.load_cluster`, CPU seconds); then per spec one whole `placer solve` of the
+JSON file as a fresh process (bench/solve_once.py: load, build, solve, verify, emit manifests, write
 the record), reporting wall and CPU seconds, peak RSS, the 1-minute load average at its start, the outcome
 and what limited it ("work": the deterministic budget, the same on any machine; "clock": the wall guard),
 and where the time went: load, topology, problem, solve (of which greedy, model build and search; an anchor
@@ -39,19 +41,31 @@ def _child_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def generate(style: str, gpus: int, seed: int) -> dict:
-    """A cluster file from a fresh `placer cluster generate` process, timed (cached: timed once)."""
-    path = CACHE / f"{style}-{gpus}-s{seed}.yaml"
-    meta = path.with_suffix(".json")
+def generate(style: str, gpus: int, seed: int, fmt: str) -> dict:
+    """A cluster file (``fmt``: yaml or json) from a fresh `placer cluster generate` process, timed (cached:
+    timed once), and the CPU seconds a fresh process takes to load it."""
+    path = CACHE / f"{style}-{gpus}-s{seed}.{fmt}"
+    meta = CACHE / f"{style}-{gpus}-s{seed}.{fmt}.timing"
     if path.exists() and meta.exists():
-        return json.loads(meta.read_text()) | {"path": str(path)}
-    CACHE.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "placer", "cluster", "generate", "--style", style, "--gpus", str(gpus)]
-    cpu0, load, t0 = _child_cpu(), os.getloadavg()[0], time.perf_counter()
-    subprocess.run([*cmd, "--seed", str(seed), "-o", str(path)], check=True, capture_output=True, cwd=ROOT)
-    out = {"wall": time.perf_counter() - t0, "cpu": _child_cpu() - cpu0, "load": load}
-    meta.write_text(json.dumps(out))
-    return out | {"path": str(path)}
+        out = json.loads(meta.read_text())
+    else:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "placer", "cluster", "generate", "--style", style, "--gpus", str(gpus)]
+        cpu0, load, t0 = _child_cpu(), os.getloadavg()[0], time.perf_counter()
+        subprocess.run([*cmd, "--seed", str(seed), "-o", str(path)], check=True, capture_output=True, cwd=ROOT)
+        out = {"wall": time.perf_counter() - t0, "cpu": _child_cpu() - cpu0, "load": load}
+        meta.write_text(json.dumps(out))
+    return out | {"path": str(path), "format": fmt, "load_cpu": _load_cpu(path)}
+
+
+def _load_cpu(path: Path) -> float:
+    """CPU seconds of placer.model.load.load_cluster on ``path`` in a fresh process (imports not counted)."""
+    code = (
+        "import sys, time; from pathlib import Path; from placer.model.load import load_cluster; "
+        "c = time.process_time(); load_cluster(Path(sys.argv[1])); print(time.process_time() - c)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], check=True, capture_output=True, text=True, cwd=ROOT)
+    return float(proc.stdout.strip())
 
 
 def solve(spec: str, cluster: str, limit: float) -> dict:
@@ -78,16 +92,23 @@ def report(rows: list[dict], gens: list[dict], args: argparse.Namespace) -> str:
         f"{args.speed_before:.2f} / {machine_speed():.2f} CPU s per 10 M steps of a loop in a Python function "
         "(compare times across tables only at a like speed).",
         "",
-        "## Cluster generation (`placer cluster generate`, one process)",
+        "## Cluster files (`placer cluster generate`, one process; then loading the file, another)",
         "",
-        "| style | GPUs | wall s | CPU s | load avg |",
-        "|---|---:|---:|---:|---:|",
+        "'load CPU s' is `load_cluster` alone (read, parse, validate), in a fresh process. A file written with "
+        "`-o cluster.json` is read by the json module; YAML by libyaml and PyYAML's node builder.",
+        "",
+        "| style | GPUs | format | MB | generate wall s | generate CPU s | load avg | load CPU s |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for g in gens:
-        head.append(f"| {g['style']} | {g['gpus']:,} | {g['wall']:.2f} | {g['cpu']:.2f} | {g['load']:.2f} |")
+        size = Path(g["path"]).stat().st_size / 1e6
+        head.append(
+            f"| {g['style']} | {g['gpus']:,} | {g['format']} | {size:.2f} | {g['wall']:.2f} | {g['cpu']:.2f} | "
+            f"{g['load']:.2f} | {g['load_cpu']:.2f} |"
+        )
     head += [
         "",
-        "## `placer solve` (one process: import, load, build, solve, check, emit, write the record)",
+        "## `placer solve` of the JSON file (one process: import, load, build, solve, check, emit, write the record)",
         "",
         "| style | GPUs | spec | outcome | limited by | gap | wall s | CPU s | RSS MB | load avg | "
         + " | ".join(PARTS)
@@ -123,8 +144,9 @@ def main() -> None:
     rows, gens = [], []
     for style in args.styles.split(","):
         for gpus in [int(s) for s in args.sizes.split(",")]:
-            gen = generate(style, gpus, args.seed) | {"style": style, "gpus": gpus}
-            gens.append(gen)
+            for fmt in ("yaml", "json"):
+                gen = generate(style, gpus, args.seed, fmt) | {"style": style, "gpus": gpus}
+                gens.append(gen)
             for spec in args.specs.split(","):
                 row = solve(spec, gen["path"], args.time_limit) | {"style": style, "gpus": gpus, "spec": spec}
                 print(json.dumps(row), file=sys.stderr)
