@@ -6,6 +6,7 @@ label keys, the label-value grammar, and the resource quantity grammar (``500m``
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import Decimal
 from typing import Annotated
@@ -136,10 +137,12 @@ def check_memory(text: str) -> str:
     return text
 
 
+@functools.lru_cache(maxsize=4096)  # a 100k-GPU cluster asks for its node classes' few values 50k times
 def millicores(text: str | int | float) -> int:
     return int((parse_quantity(text) * 1000).to_integral_value(rounding="ROUND_CEILING"))
 
 
+@functools.lru_cache(maxsize=4096)
 def bytes_of(text: str | int | float) -> int:
     return int(parse_quantity(text).to_integral_value(rounding="ROUND_CEILING"))
 

@@ -13,6 +13,7 @@ Domain ids follow Kueue's habit of readable ids: ``<level>/<name>``, e.g. ``rack
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import networkx as nx
@@ -34,13 +35,19 @@ def _resolve_gpus(node: NodeSpec, cls: NodeClass, where: str) -> tuple[Gpu, ...]
     if gpus is None:
         return ()
     if isinstance(gpus, GpuGroup):
-        per_socket = max(1, -(-gpus.count // sockets))
-        return tuple(Gpu(i, gpus.product, gpus.memory_gib, i // per_socket) for i in range(gpus.count))
+        return _group_gpus(gpus.count, gpus.product, gpus.memory_gib, sockets)
     listed: list[GpuSpec] = gpus
     indices = [g.index for g in listed]
     if len(set(indices)) != len(indices):
         raise InputError(f"{where}.gpus: a GPU index appears twice ({sorted(indices)})")
     return tuple(sorted((Gpu(g.index, g.product, g.memory_gib, g.socket) for g in listed), key=lambda g: g.index))
+
+
+@functools.lru_cache(maxsize=256)
+def _group_gpus(count: int, product: str, memory_gib: float, sockets: int) -> tuple[Gpu, ...]:
+    """A class's GPUs, shared by every node of the class (Gpu is frozen): a 100k-GPU cluster built 100k."""
+    per_socket = max(1, -(-count // sockets))
+    return tuple(Gpu(i, product, memory_gib, i // per_socket) for i in range(count))
 
 
 def _mean_metric(value: float | dict[int, float] | None, gpus: tuple[Gpu, ...], default: float, where: str) -> float:
@@ -87,8 +94,8 @@ def _with_ids(node: NodeSpec, gpus: tuple[Gpu, ...], where: str) -> tuple[Gpu, .
     )
 
 
-def _resolve_node(spec: ClusterSpec, i: int, node: NodeSpec) -> Node:
-    """The node with the KV-cache hit left at its known GPUs' mean; ``_fill_hits`` completes it."""
+def _resolve_node(spec: ClusterSpec, i: int, node: NodeSpec) -> dict:
+    """The node's fields, checked, all but its KV-cache hit: that needs every node's (``_nodes_with_hits``)."""
     where = f"nodes[{i}]"
     cls = _node_class(spec, node)
     gpus = _resolve_gpus(node, cls, where)
@@ -105,38 +112,36 @@ def _resolve_node(spec: ClusterSpec, i: int, node: NodeSpec) -> Node:
     cpu_total = k8s.millicores(node.cpu or cls.cpu)
     mem_total = k8s.bytes_of(node.memory or cls.memory)
     path = {"rack": node.rack, "leaf": node.leaf, "nvlink-domain": node.nvlink_domain}
-    return Node(
-        index=i,
-        name=node.name,
-        labels=dict(node.labels),
-        gpus=gpus,
-        busy=frozenset(node.busy),
-        interconnect=node.interconnect or cls.interconnect,
-        nvlink_gbps=node.nvlink_gbps or cls.nvlink_gbps,
-        cpu_free_m=max(0, cpu_total - k8s.millicores(node.used.cpu)),
-        memory_free_bytes=max(0, mem_total - k8s.bytes_of(node.used.memory)),
-        queue_depth=_mean_metric(node.metrics.queue_depth, gpus, 0.0, f"{where}.metrics.queueDepth"),
-        kv_cache_hit=_hit_checked(node.metrics.kv_cache_hit, gpus, f"{where}.metrics.kvCacheHit"),
-        schedulable=node.schedulable,
-        path={k: v for k, v in path.items() if v is not None},
-        ttft_p90_ms=node.metrics.ttft_p90_ms,
-    )
+    queue_depth = _mean_metric(node.metrics.queue_depth, gpus, 0.0, f"{where}.metrics.queueDepth")
+    _check_indices(node.metrics.kv_cache_hit, gpus, f"{where}.metrics.kvCacheHit")
+    return {
+        "index": i,
+        "name": node.name,
+        "labels": dict(node.labels),
+        "gpus": gpus,
+        "busy": frozenset(node.busy),
+        "interconnect": node.interconnect or cls.interconnect,
+        "nvlink_gbps": node.nvlink_gbps or cls.nvlink_gbps,
+        "cpu_free_m": max(0, cpu_total - k8s.millicores(node.used.cpu)),
+        "memory_free_bytes": max(0, mem_total - k8s.bytes_of(node.used.memory)),
+        "queue_depth": queue_depth,
+        "schedulable": node.schedulable,
+        "path": {k: v for k, v in path.items() if v is not None},
+        "ttft_p90_ms": node.metrics.ttft_p90_ms,
+    }
 
 
-def _hit_checked(value: float | dict[int, float] | None, gpus: tuple[Gpu, ...], where: str) -> float:
-    _check_indices(value, gpus, where)
-    return 0.0  # placeholder until every node is resolved: the neutral value needs all of them
-
-
-def _fill_hits(spec: ClusterSpec, nodes: list[Node]) -> list[Node]:
-    """Each node's mean KV-cache hit over its GPUs, unknown GPUs counting as the cluster's neutral value."""
-    known = [known_hits(n.metrics.kv_cache_hit, node.gpus) for n, node in zip(spec.nodes, nodes, strict=True)]
+def _nodes_with_hits(spec: ClusterSpec, fields: list[dict]) -> list[Node]:
+    """The nodes, each with its mean KV-cache hit over its GPUs, unknown GPUs counting as the cluster's
+    neutral value (which needs every node's known ones first, hence the fields before the nodes)."""
+    known = [known_hits(n.metrics.kv_cache_hit, f["gpus"]) for n, f in zip(spec.nodes, fields, strict=True)]
     neutral = neutral_hit(known)
     out = []
-    for node, hits in zip(nodes, known, strict=True):
-        unknown = frozenset(g.index for g in node.gpus if g.index not in hits)
-        mean = sum(hits.get(g.index, neutral) for g in node.gpus) / len(node.gpus) if node.gpus else neutral
-        out.append(replace(node, kv_cache_hit=mean, kv_cache_unknown=unknown))
+    for f, hits in zip(fields, known, strict=True):
+        gpus = f["gpus"]
+        unknown = frozenset(g.index for g in gpus if g.index not in hits)
+        mean = sum(hits.get(g.index, neutral) for g in gpus) / len(gpus) if gpus else neutral
+        out.append(Node(**f, kv_cache_hit=mean, kv_cache_unknown=unknown))
     return out
 
 
@@ -160,7 +165,7 @@ def _level_link(spec: ClusterSpec, level: str, node: Node | None) -> tuple[float
 
 def build_topology(spec: ClusterSpec) -> Topology:
     """Resolve nodes, build and compress the domain tree, and build the link graph."""
-    nodes = _fill_hits(spec, [_resolve_node(spec, i, n) for i, n in enumerate(spec.nodes)])
+    nodes = _nodes_with_hits(spec, [_resolve_node(spec, i, n) for i, n in enumerate(spec.nodes)])
     raw: dict[str, Domain] = {"spine/cluster": Domain("spine/cluster", "spine")}
     # Phase 2a: the full tree, every level present; missing levels become single-child domains.
     node_domain: list[str] = []
