@@ -61,10 +61,26 @@ def _mutations(doc: dict) -> list[tuple[str, str]]:
         ("trailing comma", text.replace("\n]", ",\n]", 1)),
         ("cut short", text[: len(text) // 2]),
         ("two nodes of one name", text.replace('"name": "n1"', '"name": "n0"', 1)),
+        # what JSON takes and YAML refuses or reads otherwise, in free-text fields (a review found each one
+        # loading from JSON and refused, or read otherwise, from YAML)
+        ("a lone surrogate escape", text.replace('"product": "H100"', '"product": "H100\\ud800"', 1)),
+        ("a surrogate pair escape", text.replace('"product": "H100"', '"product": "H\\ud83d\\ude00"', 1)),
+        ("a raw DEL", text.replace('"product": "H100"', '"product": "H100\x7f"', 1)),
+        ("a raw C1 control", text.replace('"product": "H100"', '"product": "H100\x80"', 1)),
+        ("a raw U+FFFE", text.replace('"product": "H100"', '"product": "H100\ufffe"', 1)),
+        ("a raw NEL, a line break to YAML", text.replace('"product": "H100"', '"product": "H\x85100"', 1)),
+        ("a raw line separator", text.replace('"product": "H100"', '"product": "H\u2028100"', 1)),
+        ("an escaped NEL", text.replace('"product": "H100"', '"product": "H\\u0085100"', 1)),
+        (
+            "a class name of 1,100 characters",
+            text.replace('"nodes": [', '"nodeClasses": {"' + "c" * 1100 + '": {}},\n"nodes": [', 1),
+        ),
+        ("a key on the line before its colon", text.replace('"kind": "Cluster"', '"kind"\n: "Cluster"', 1)),
+        ("an integer of 4,300 digits and a sign", text.replace('"memoryGiB": 80', '"memoryGiB": -' + "9" * 4300, 1)),
     ]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(doc=clusters(max_nodes=4, max_gpus=8), data=st.data())
 def test_json_reads_as_yaml_reads_it(doc: dict, data, tmp_path: Path) -> None:
     what, text = data.draw(st.sampled_from(_mutations(doc)))
