@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from cli_in_process import run
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import placer
@@ -585,3 +585,57 @@ def test_this_pyyaml_limits_nesting_itself():
     from placer.model import load
 
     assert load._parser_limits_nesting()
+
+
+_FAULTS = [
+    lambda: "c: 1\nc: 2\n",  # a duplicate key
+    lambda: "t: !foo x\n",  # a tag
+    lambda: "x: &a 1\ny: *a\n",  # an alias
+    lambda: "b: [1\n",  # a syntax error
+    lambda: "ok: 1\n",
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.one_of(
+                st.tuples(st.just("deep"), st.integers(60, 70), st.booleans()),
+                st.tuples(st.just("fault"), st.integers(0, len(_FAULTS) - 1), st.booleans()),
+            ),
+            min_size=1,
+            max_size=4,
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_the_tree_and_the_event_pass_say_the_same_about_any_file(documents):
+    """Where libyaml limits nesting itself, the depth is read off the composed tree; elsewhere an event pass
+    reads it before anything is composed. Over files mixing deep branches with other faults, in any order
+    and over several documents, both give the same first error (or the same data)."""
+    from placer.model import load
+
+    parts = []
+    for doc in documents:
+        lines = []
+        for i, (kind, arg, flow) in enumerate(doc):
+            if kind == "deep":
+                lines.append(_nested(arg, flow).replace("x: ", f"d{i}: ", 1).replace("k:", f"k{i}:", 1))
+            else:
+                lines.append(_FAULTS[arg]().replace("c:", f"c{i}:") if arg == 4 else _FAULTS[arg]())
+        parts.append("".join(lines))
+    text = "---\n".join(parts)
+
+    def read(event_pass: bool) -> str:
+        original = load._parser_limits_nesting
+        load._parser_limits_nesting = lambda: not event_pass
+        try:
+            return repr(load.parse_documents(text, "t.yaml"))
+        except InputError as exc:
+            return str(exc)
+        finally:
+            load._parser_limits_nesting = original
+
+    assert read(event_pass=False) == read(event_pass=True)

@@ -112,10 +112,15 @@ def parse_documents(text: str, source: str) -> list[tuple[Any, yaml.Node]]:
             _check_depth(text, source)
         nodes = list(yaml.compose_all(text, Loader=_Loader))
     except yaml.YAMLError as exc:
-        message = _depth_message(exc, source)
-        if message is not None:
-            _check_depth(text, source)  # names the line where MAX_DEPTH is passed, not where libyaml gave up
-        raise InputError(message or _yaml_message(exc, source)) from None
+        fault = exc
+        try:  # what the event pass finds first is said first, as where it runs before composing
+            _check_depth(text, source)
+        except yaml.YAMLError as first:
+            fault = first
+        raise InputError(_depth_message(fault, source) or _yaml_message(fault, source)) from None
+    if _parser_limits_nesting():  # every document before any other check, as the event pass did
+        for node in nodes:
+            _check_nesting(node, source)
     out = []
     for node in nodes:
         if node is None:
@@ -162,8 +167,8 @@ def _construct_message(exc: Exception, root: yaml.Node, source: str) -> str:
 def _parser_limits_nesting() -> bool:
     """Whether the parser refuses deep nesting itself, before the composer recurses into it (libyaml as
     bundled from PyYAML 6.0.4 on stops at 1,000 levels; 25,000 flow brackets crashed older ones). Then
-    MAX_DEPTH is checked on the composed tree (_check_node) and the event pass over the whole text,
-    a second parse that took a 100k-GPU cluster file a second, is not needed."""
+    MAX_DEPTH is checked on the composed tree (_check_nesting, a fifth of a second on a 100k-GPU cluster
+    file) and the event pass over the whole text, a second parse that took it a second, is not needed."""
     deep = "[" * 1100 + "]" * 1100
     try:
         for _ in yaml.parse(deep, Loader=_Loader):
@@ -220,19 +225,39 @@ def add_yaml12_numbers(resolver: type) -> type:
     return resolver
 
 
-def _check_node(root: yaml.Node, source: str) -> None:
-    """Reject nesting deeper than MAX_DEPTH, aliases (a node reached twice), tags, complex keys, huge
-    integers and duplicate mapping keys, iteratively."""
+def _check_nesting(root: yaml.Node | None, source: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH at the first collection, in document order, that passes it: what
+    the event pass (_check_depth) says, read off the composed tree (a pre-order walk; a node met again is an
+    alias, which nests nothing of its own and is refused by _check_node)."""
     seen: set[int] = set()
-    stack: list[tuple[yaml.Node, int]] = [(root, 0)]  # a node and how many collections hold it
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)] if root is not None else []
     while stack:
         node, depth = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if depth > MAX_DEPTH:
+            raise InputError(f"{source}:{node.start_mark.line + 1}: YAML nested more than {MAX_DEPTH} levels deep")
+        if isinstance(node, yaml.MappingNode):
+            items = [part for pair in node.value for part in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            items = node.value
+        else:
+            continue
+        stack += [(item, depth + 1) for item in reversed(items) if not isinstance(item, yaml.ScalarNode)]
+
+
+def _check_node(root: yaml.Node, source: str) -> None:
+    """Reject aliases (a node reached twice), tags, complex keys, huge integers and duplicate mapping keys,
+    iteratively."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
         line = node.start_mark.line + 1
         if id(node) in seen:
             raise InputError(f"{source}:{line}: YAML anchors and aliases are not allowed")
         seen.add(id(node))
-        if depth >= MAX_DEPTH and not isinstance(node, yaml.ScalarNode):
-            raise InputError(f"{source}:{line}: YAML nested more than {MAX_DEPTH} levels deep")
         if node.tag not in _ALLOWED_TAGS:
             if node.tag == "tag:yaml.org,2002:merge":
                 raise InputError(f"{source}:{line}: YAML merge keys (<<) are not allowed")
@@ -263,9 +288,9 @@ def _check_node(root: yaml.Node, source: str) -> None:
                 if key.value in keys:
                     raise InputError(f"{source}:{key.start_mark.line + 1}: key {key.value!r} appears twice")
                 keys.add(key.value)
-                stack += [(key, depth + 1), (value, depth + 1)]
+                stack += [key, value]
         elif isinstance(node, yaml.SequenceNode):
-            stack += [(item, depth + 1) for item in node.value]
+            stack += node.value
         else:
             _as_yaml12(node)
         if node.tag == _PLAIN + "int" and len(node.value) > MAX_INT_DIGITS:
