@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from placer.check.verify import check
 from placer.model.load import load_cluster, load_spec
 from placer.model.placement import Placement, SolveStats
-from placer.solver.greedy import greedy_counted
+from placer.solver.greedy import _reachable, greedy_counted
 from placer.solver.problem import build_problem
 from placer.solver.search import greedy_outcome
 from placer.topology.build import build_topology
@@ -45,8 +45,9 @@ def test_no_limit_and_a_generous_limit_give_the_same_walk(name: str) -> None:
     assert full, "the fixture cluster fits at least one replica"
     again, work_again = greedy_counted(problem, work)
     assert again == full and work_again == work
-    # Half the work places fewer replicas (the initial state is 4 units per node of the 128).
-    cut, _ = greedy_counted(problem, 4 * len(TOPO.nodes) + (work - 4 * len(TOPO.nodes)) // 2)
+    # Half the work places fewer replicas (the initial charge is 4 units per node the walk may read).
+    initial = 4 * _reachable(problem)
+    cut, _ = greedy_counted(problem, initial + (work - initial) // 2)
     assert len(cut) < len(full)
 
 
@@ -57,7 +58,7 @@ def test_a_limit_cuts_between_complete_replicas_and_is_kept(name: str, fraction:
     full, full_work = greedy_counted(problem)
     limit = int(fraction * full_work)
     got, work = greedy_counted(problem, limit)
-    initial = 4 * len(problem.topology.nodes)  # building the state, before any check
+    initial = 4 * _reachable(problem)  # charged before any check: 4 units per node the walk may read
     assert work <= max(limit, initial) + _overshoot(problem)
     # A prefix of the unlimited walk: the same replicas, in the same order, just fewer of them.
     assert got == full[: len(got)]

@@ -313,3 +313,23 @@ def test_a_vendors_build_of_a_release_is_that_release(vendor):
 def test_grove_takes_its_first_release_after_the_alpha_it_requires():
     proc = run("solve", AGG, SMALL, "-t", "grove", "-q", "--target-version", "v0.1.0")
     assert proc.returncode == 0, proc.stderr
+
+
+def test_nodes_of_one_class_share_nothing_a_node_of_its_own_changes(tmp_path):
+    """A class's GPUs are built once and shared by its nodes (placer.topology.build._group_gpus): a node
+    that gives its GPUs ids, or its own GPU count, must not change its neighbours'."""
+    from placer.model.cluster import ClusterSpec
+    from placer.topology.build import build_topology
+
+    cls = {"gpus": {"count": 4, "product": "H100", "memoryGiB": 80}, "cpu": "64", "memory": "512Gi"}
+    nodes = [{"name": f"n{i}", "class": "c", "rack": "r0"} for i in range(3)]
+    nodes[1]["gpuIds"] = [{"index": 2, "uuid": "GPU-0b1c2d3e-0000-1111-2222-333344445555"}]
+    nodes[2]["gpus"] = {"count": 2, "product": "H100", "memoryGiB": 80}
+    doc = {"apiVersion": "placer.dev/v1alpha1", "kind": "Cluster", "metadata": {"name": "t"}}
+    topo = build_topology(ClusterSpec.model_validate(doc | {"nodeClasses": {"c": cls}, "nodes": nodes}))
+    plain, with_ids, own = topo.nodes
+    assert [g.uuid for g in with_ids.gpus] == [None, None, "GPU-0b1c2d3e-0000-1111-2222-333344445555", None]
+    assert [g.uuid for g in plain.gpus] == [None] * 4
+    assert len(own.gpus) == 2 and len(plain.gpus) == 4
+    again = build_topology(ClusterSpec.model_validate(doc | {"nodeClasses": {"c": cls}, "nodes": nodes[:1]}))
+    assert again.nodes[0].gpus == plain.gpus
