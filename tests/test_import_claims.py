@@ -100,6 +100,20 @@ def test_nvswitch_products_from_labels_keep_their_generation(
     assert any(f"nvlink at {gbps:g} GB/s assumed from the product table ({board}" in n for n in notes(result))
 
 
+@pytest.mark.parametrize("count_label", [True, False])
+def test_time_sliced_replicas_do_not_make_a_board_bigger(tmp_path: Path, count_label: bool) -> None:
+    """A review found an 8-GPU HGX H100 shared 2 ways (capacity 16) imported as pcie, "more GPUs than one
+    board holds": the board's own GPUs (GFD's gpu.count, else capacity / replicas) decide the links."""
+    labels = gfd("NVIDIA-H100-80GB-HBM3-SHARED", "81559", "9.0") | {
+        "nvidia.com/gpu.replicas": "2",
+        "nvidia.com/gpu.sharing-strategy": "time-slicing",
+    }
+    labels["nvidia.com/gpu.count"] = "8"
+    drop = () if count_label else ("nvidia.com/gpu.count",)
+    cls = only_class(import_cluster(ImportOptions(nodes=gfd_nodes(tmp_path, labels, 16, drop))))
+    assert (cls["interconnect"], cls["nvlinkGBps"]) == ("nvlink", 900)
+
+
 def test_four_sxm_gpus_get_the_lower_of_the_two_boards_figures(tmp_path: Path) -> None:
     """4 H100 SXM GPUs: a 4-GPU HGX board (NV6 between every pair, no NVSwitch) or half an 8-GPU NVSwitch
     board (900): every pair is NVLinked either way, at 300 GB/s at least."""
@@ -296,3 +310,40 @@ def test_topo_mp_output_leaves_nvlink_to_the_product() -> None:
     assert said in notes(hgx) and said in notes(dgx1)
     full = import_cluster(ImportOptions(topo=(f"n={H200}",)))
     assert not any("topo -mp" in n for n in notes(full))
+
+
+@pytest.mark.parametrize(
+    ("edit", "complete"),
+    [
+        ({"maxBytes 8589934592": "maxBytes 10737418240"}, True),  # -e 10G -f 2 ends at 8 GiB: the next is 16
+        ({"maxBytes 8589934592": "maxBytes 17179869184"}, False),  # 16 GiB asked: the 16 GiB row is missing
+        ({"step: 2(factor)": "step: 1073741824(bytes)", "maxBytes 8589934592": "maxBytes 9663676415"}, True),
+        (
+            {"step: 2(factor)": "step: 1073741824(bytes)", "maxBytes 8589934592": "maxBytes 9663676416"},
+            False,
+        ),  # 9 GiB is a size too
+    ],
+)
+def test_a_run_is_complete_when_its_next_step_would_pass_max_bytes(tmp_path: Path, edit: dict, complete: bool) -> None:
+    """A review found finished runs that lost only their trailer refused: sizes need not end at maxBytes
+    itself (-e 10G with -f 2 ends at 8 GiB; all_gather rounds sizes down to a multiple of 4 x ranks)."""
+    lines = GCP.read_text().split("\n")
+    text = "\n".join(lines[: next(i for i, ln in enumerate(lines) if "Avg bus bandwidth" in ln)])
+    for old, new in edit.items():
+        assert old in text
+        text = text.replace(old, new, 1)
+    path = tmp_path / "run.txt"
+    path.write_text(text)
+    options = ImportOptions(topo=TWO_NODES, nccl_tests=(path,), gpu_product="NVIDIA-H100-80GB-HBM3")
+    assert ("overrides" in import_cluster(options).document) == complete
+
+
+def test_an_all_gather_ending_below_max_bytes_by_its_rounding_is_complete(tmp_path: Path) -> None:
+    lines = GCP.read_text().split("\n")
+    text = "\n".join(lines[: next(i for i, ln in enumerate(lines) if "Avg bus bandwidth" in ln)])
+    last = next(ln for ln in reversed(text.split("\n")) if ln.split()[:1] == ["8589934592"])
+    text = text.replace(last, last.replace("8589934592", "8589934464", 1), 1)  # 24 ranks: a multiple of 96
+    path = tmp_path / "allgather.txt"
+    path.write_text(text)
+    options = ImportOptions(topo=TWO_NODES, nccl_tests=(path,), gpu_product="NVIDIA-H100-80GB-HBM3", strict=True)
+    assert import_cluster(options).document["overrides"]

@@ -93,22 +93,34 @@ def test_a_topology_yaml_cut_inside_its_switches_names_the_line(tmp_path: Path) 
     )
 
 
-def test_a_topology_conf_cut_inside_a_hostlist_is_refused(tmp_path: Path) -> None:
-    """Cut after 'Nodes=srv': read as written it would be a node named srv beside srv1101...srv3108."""
+def test_a_topology_conf_that_may_be_cut_inside_a_hostlist_says_so(tmp_path: Path) -> None:
+    """Cut after 'Nodes=srv': read as written it is a node named srv beside srv1101...srv3108. Said, not
+    refused: a complete file without a final newline can end the same way (gpu1 beside gpu10...)."""
     text = (SAMPLES / "topograph-generated-slurm-block.conf").read_text()
     end = text.index("BlockName=rack32 Nodes=srv") + len("BlockName=rack32 Nodes=srv")
     cut = write(tmp_path, "block.conf", text[:end])
     line = text[:end].count("\n") + 1
-    assert refused(ImportOptions(slurm=cut)) == (
-        f"{cut}:{line}: node 'srv' on the last line, which has no newline, is only the start of other node names "
-        "(srv1101, ...): the file looks cut short inside a hostlist"
-    )
+    assert (
+        f"{cut}:{line}: the file ends without a newline at node 'srv', which is only the start of other node names "
+        "(srv1101, ...): if the copy was cut short, export it again"
+    ) in notes(import_cluster(ImportOptions(slurm=cut)))
     mid_key = write(tmp_path, "key.conf", text[: text.index("BlockName=rack32") + len("BlockName=rack32 Node")])
     assert refused(ImportOptions(slurm=mid_key)).endswith(
         "expected Key=Value, found 'Node' (the last line, without a newline: is the file cut short?)"
     )
     whole = import_cluster(ImportOptions(slurm=SAMPLES / "topograph-generated-slurm-block.conf"))
     assert len(whole.document["nodes"]) == 96  # the whole file, newline and all, still imports
+
+
+@pytest.mark.parametrize(("last", "nodes"), [("gpu[1-8]", 16), ("gpu1", 9), ("gpu[1-7],gpu8", 16)])
+def test_a_complete_topology_conf_without_a_final_newline_imports(tmp_path: Path, last: str, nodes: int) -> None:
+    """A review found these refused: names that grow a digit (gpu1 beside gpu10) on a last line without a
+    newline, as printf or a ConfigMap writes them. A closed bracket cannot be cut mid-name; a plain name is
+    noted only when it is the start of other names."""
+    conf = write(tmp_path, "t.conf", f"SwitchName=s0 Nodes=gpu[10-17]\nSwitchName=s1 Nodes={last}")
+    result = import_cluster(ImportOptions(slurm=conf))
+    assert len(result.document["nodes"]) == nodes
+    assert any("only the start of other node names" in n for n in notes(result)) == (last == "gpu1")
 
 
 # --- 9. what was dropped or read in part is reported ---------------------------------------------------------

@@ -104,7 +104,8 @@ def _derive_links(draft: Draft, found: hw.NodeHardware | None, generation: str |
             return
         ledger.set(draft, "interconnect", "pcie", origin)
         return
-    guess = gpu_table.links_of_product(product, draft.values["gpus"])
+    # the board's own GPUs: time-sliced replicas multiply the node's count, not its NVSwitch board
+    guess = gpu_table.links_of_product(product, draft.boards_gpus or draft.values["gpus"])
     ledger.set(draft, "interconnect", guess.interconnect, guess.origin)
     if guess.nvlink_gbps is not None:
         ledger.set(draft, "nvlinkGBps", guess.nvlink_gbps, guess.origin)

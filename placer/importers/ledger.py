@@ -25,6 +25,7 @@ class Draft:
     hardware: hw.NodeHardware | None = None
     socket_of: dict[int, int] | None = None  # GPU index -> socket, from the hardware file
     sm: int | None = None
+    boards_gpus: int | None = None  # physical GPUs where the node's count is of shared replicas (time-slicing)
     unavailable: int = 0
     busy: list[int] = field(default_factory=list)
     used_cpu_m: int = 0

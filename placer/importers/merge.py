@@ -281,6 +281,9 @@ def _apply_k8s(nodes: NodesFile, scheme: LabelScheme, ledger: Ledger) -> None:
             )
         replicas = node.labels.get("nvidia.com/gpu.replicas", "1")
         strategy = node.labels.get("nvidia.com/gpu.sharing-strategy", "none")
+        if replicas.isdigit() and int(replicas) > 1 and draft.values.get("gpus"):
+            physical = node.labels.get("nvidia.com/gpu.count", "")
+            draft.boards_gpus = int(physical) if physical.isdigit() else draft.values["gpus"] // int(replicas)
         if replicas not in ("", "0", "1") or strategy not in ("", "none"):  # 0: what GFD writes for MIG devices
             ledger.notes.append(
                 Note(

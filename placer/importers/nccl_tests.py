@@ -22,6 +22,7 @@ _RANK = re.compile(
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.]+)")
 _OP = re.compile(r"Collective test starting:\s*(\S+)")
 _MAX_BYTES = re.compile(r"\bmaxBytes\s+(\d{1,20})\b")
+_STEP = re.compile(r"\bstep:\s*(\d{1,20})\((factor|bytes)\)")
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
 MAX_ROWS = 10_000
 
@@ -69,19 +70,25 @@ class NcclTestRun:
     avg_busbw_gbps: float | None
     notes: tuple[Note, ...] = field(default=())
     max_bytes: int | None = None  # the header's maxBytes: the largest size the run was asked to measure
+    step: tuple[int, str] | None = None  # the header's step: (2, "factor") or (1048576, "bytes")
 
     def cut_short(self) -> str | None:
         """Why the run may have stopped before its largest message size (None: it did not). Its peak would
-        then be a small message's figure, far below what the link sustains, so no figure is taken from it."""
+        then be a small message's figure, far below what the link sustains, so no figure is taken from it.
+        A run has reached its largest size when its next step would pass maxBytes: the sizes need not end at
+        maxBytes itself (``-e 10G -f 2`` ends at 8 GiB; all_gather rounds each size down to a multiple of
+        4 x ranks). A header without its step is read as the common ``-f 2``."""
         if self.avg_busbw_gbps is not None or not self.rows:
             return None
         largest = max(r.size_bytes for r in self.rows)
         if self.max_bytes is None:
             return (
-                f"the file ends at {largest} bytes with no '# Avg bus bandwidth' line and no maxBytes in its header, "
-                "so whether the run reached its largest size is unknown"
+                f"no maxBytes in its header, so whether the run reached its largest size ({largest} bytes here) "
+                "is unknown"
             )
-        if largest < self.max_bytes:
+        amount, kind = self.step or (2, "factor")
+        after = largest + amount if kind == "bytes" else largest * max(amount, 2)
+        if after <= self.max_bytes:
             return f"the run was cut short at {largest} bytes of the {self.max_bytes} its header asks for"
         return None
 
@@ -118,6 +125,7 @@ def parse_nccl_tests(text: str, source: str) -> NcclTestRun:
     op = None
     noise: list[int] = []
     max_bytes: int | None = None  # the header's maxBytes: the largest size the run was asked to measure
+    step: tuple[int, str] | None = None
     header_line = 0
     commented = 0  # result rows behind a '#': output quoted inside another file
     for number, raw in enumerate(lines, start=1):
@@ -145,6 +153,8 @@ def parse_nccl_tests(text: str, source: str) -> NcclTestRun:
                 op = m.group(1)
             elif max_bytes is None and (m := _MAX_BYTES.search(line)) is not None:
                 max_bytes = int(m.group(1))
+                if (found := _STEP.search(line)) is not None:
+                    step = (int(found.group(1)), found.group(2))
             continue
         tokens = line.split()
         if columns is not None and 0 < len(tokens) < width and tokens[0].isdigit():
@@ -184,7 +194,7 @@ def parse_nccl_tests(text: str, source: str) -> NcclTestRun:
         if "redop" in columns
         else "columns: " + " ".join(k for k, _ in sorted(columns.items(), key=lambda kv: kv[1]))
     )
-    run = NcclTestRun(source, layout, op, tuple(ranks), tuple(rows), avg, (), max_bytes)
+    run = NcclTestRun(source, layout, op, tuple(ranks), tuple(rows), avg, (), max_bytes, step)
     if avg is None:
         why = run.cut_short()
         what = f"{why}; no figure is taken from it" if why else "its largest size was measured"

@@ -263,25 +263,30 @@ def parse_topology_conf(text: str, source: str) -> SlurmTopology:
     if builder.plugin == "flat" and not builder.block_sizes:
         raise error(source, None, "no SwitchName= or BlockName= line: not a Slurm topology.conf")
     if not text.endswith("\n"):
-        _check_cut_hostlist(builder, number)
+        _check_cut_hostlist(builder, number, lines[-1])
     return builder.build()
 
 
-def _check_cut_hostlist(builder: Builder, last: int) -> None:
-    """A file that ends without a newline may be a copy cut mid-line: a node of its last line whose name is
-    only the start of other nodes' names (``Nodes=srv`` beside ``srv1101``...) is a hostlist cut short."""
-    groups = [(m, line) for _, m, line in builder.switches.values()] + list(builder.blocks.values())
-    mine = [n for members, line in groups if line == last for n in members]
-    others = {n for members, line in groups if line != last for n in members}
-    for name in mine:
-        longer = next((o for o in sorted(others) if o.startswith(name) and o != name), None)
-        if longer is not None:
-            raise error(
+def _check_cut_hostlist(builder: Builder, last: int, line: str) -> None:
+    """A file that ends without a newline may be a copy cut mid-name: when the line's very last hostlist item is
+    a plain name (a bracketed range closes itself, or fails to parse) that is only the start of other nodes'
+    names (``Nodes=srv`` beside ``srv1101``...), say so. A note, not an error: ``gpu1`` beside ``gpu10`` is as
+    likely a complete file written without a final newline."""
+    item = line.split("#", 1)[0].rstrip().rpartition("=")[2].rpartition(",")[2]
+    if not item or "[" in item or "]" in item:
+        return
+    groups = [(m, n) for _, m, n in builder.switches.values()] + list(builder.blocks.values())
+    others = {name for members, number in groups if number != last for name in members}
+    longer = next((o for o in sorted(others) if o.startswith(item) and o != item), None)
+    if longer is not None:
+        builder.notes.append(
+            Note(
                 builder.source,
                 last,
-                f"node {short(name)} on the last line, which has no newline, is only the start of other node names "
-                f"({longer}, ...): the file looks cut short inside a hostlist",
+                f"the file ends without a newline at node {short(item)}, which is only the start of other node "
+                f"names ({longer}, ...): if the copy was cut short, export it again",
             )
+        )
 
 
 def _conf_line(line: str, number: int, builder: Builder) -> None:
