@@ -14,7 +14,8 @@ from test_solver_properties import clusters
 
 from placer.model.cluster import ClusterSpec
 from placer.model.errors import InputError
-from placer.model.load import load_cluster, load_model, parse_documents, read_text
+from placer.model.load import load_cluster, load_model, read_text
+from placer.model.yaml_text import parse_documents
 from placer.topology.generate import dump_cluster_json, generate_cluster
 
 ROOT = Path(__file__).resolve().parent.parent

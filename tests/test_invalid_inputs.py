@@ -537,7 +537,7 @@ def test_a_record_with_a_wrong_kind_is_named_with_its_line(tmp_path, kind, said)
 @given(st.integers(-(10**12), 10**12), st.integers(0, 3), st.sampled_from(["", "+"]))
 def test_a_plain_integer_reads_as_its_decimal_value(n, zeros, plus):
     """YAML 1.2: digits are base ten, leading zeros and all (a slip once read 8000 as 80)."""
-    from placer.model.load import parse_documents
+    from placer.model.yaml_text import parse_documents
 
     sign = "-" if n < 0 else plus
     text = f"{sign}{'0' * zeros}{abs(n)}"
@@ -552,7 +552,7 @@ def test_a_plain_integer_reads_as_its_decimal_value(n, zeros, plus):
     + [("1e3", 1000.0), ("'08'", "08"), ('"1e3"', "1e3"), ("~", None), ("r1", "r1"), (".5", 0.5)],
 )
 def test_plain_scalars_as_yaml_1_2(written, read):
-    from placer.model.load import parse_documents
+    from placer.model.yaml_text import parse_documents
 
     ((data, _node),) = parse_documents(f"x: {written}\n", "t.yaml")
     assert data == {"x": read} and type(data["x"]) is type(read)
@@ -570,7 +570,7 @@ def _nested(depth: int, flow: bool) -> str:
 def test_nesting_is_refused_at_the_same_line_whichever_check_finds_it(flow, event_pass, monkeypatch):
     """The depth limit is checked on the composed tree where libyaml has a nesting limit of its own, by a
     pass over the events where it has none: one answer either way, at the line where level 65 opens."""
-    from placer.model import load
+    from placer.model import yaml_text as load
 
     monkeypatch.setattr(load, "_parser_limits_nesting", lambda: not event_pass)
     assert load.parse_documents(_nested(64, flow), "t.yaml")
@@ -582,7 +582,7 @@ def test_nesting_is_refused_at_the_same_line_whichever_check_finds_it(flow, even
 
 def test_this_pyyaml_limits_nesting_itself():
     """What lets the loader skip its second parse (pyproject asks for PyYAML 6.0.4 or later)."""
-    from placer.model import load
+    from placer.model import yaml_text as load
 
     assert load._parser_limits_nesting()
 
@@ -615,7 +615,7 @@ def test_the_tree_and_the_event_pass_say_the_same_about_any_file(documents):
     """Where libyaml limits nesting itself, the depth is read off the composed tree; elsewhere an event pass
     reads it before anything is composed. Over files mixing deep branches with other faults, in any order
     and over several documents, both give the same first error (or the same data)."""
-    from placer.model import load
+    from placer.model import yaml_text as load
 
     parts = []
     for doc in documents:

@@ -264,7 +264,8 @@ def _print_plan(result, target: str, nccl: bool | None, topology_file: tuple[str
 
 
 def _documents(path: Path) -> int:
-    from placer.model.load import parse_documents, read_text
+    from placer.model.load import read_text
+    from placer.model.yaml_text import parse_documents
 
     return len(parse_documents(read_text(path), str(path)))
 

@@ -26,10 +26,10 @@ from placer.check.verify import Report
 from placer.emit.targets import DEFAULT_TARGET, TARGETS, builder
 from placer.emit.targets.common import GPU_RESOURCE, GROUP_LABEL, Context, pod_name
 from placer.model.errors import InputError
-from placer.model.load import add_yaml12_numbers
 from placer.model.placement import Placement
 from placer.model.record import spec_record
 from placer.model.spec import ServingTopology
+from placer.model.yaml_text import add_yaml12_numbers
 from placer.topology.graph import Topology
 
 __all__ = [

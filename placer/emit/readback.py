@@ -58,7 +58,8 @@ def load_placed(path: Path, deployment: str | None = None) -> Placed:
 def _documents(path: Path) -> list[tuple[Any, yaml.Node]]:
     """The file's documents with their YAML nodes (for the lines of errors); a JSON ``List`` (JSON is
     YAML) gives its items."""
-    from placer.model.load import parse_documents, read_text
+    from placer.model.load import read_text
+    from placer.model.yaml_text import parse_documents
 
     parsed = parse_documents(read_text(path), str(path))
     if len(parsed) == 1 and isinstance(parsed[0][0], dict) and parsed[0][0].get("kind") == "List":

@@ -22,7 +22,7 @@ from placer.importers.k8s_nodes import ALWAYS, AUTO_ORDER, PRESETS
 from placer.importers.ledger import DEFAULT, Draft, Ledger
 from placer.importers.nccl_tests import NcclTestRun
 from placer.model import API_VERSION
-from placer.model.load import add_yaml12_numbers
+from placer.model.yaml_text import add_yaml12_numbers
 from placer.topology.cost import NETWORK_LEVELS
 from placer.topology.graph import Topology
 

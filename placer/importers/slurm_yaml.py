@@ -14,7 +14,7 @@ import yaml
 from placer.importers.common import Note, error, got, short
 from placer.importers.slurm_conf import Builder, SlurmTopology, block_sizes
 from placer.model.errors import InputError
-from placer.model.load import parse_documents
+from placer.model.yaml_text import parse_documents
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ _JSON_START = re.compile(r"\s*\{")
 _NOT_YAML_TEXT = re.compile("[^\t\n\r\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _KEY_BROKEN_FROM_COLON = re.compile(r'"\s*[\r\n]\s*:')  # a key, a line break, then its colon
-MAX_INT_CHARS = 4300  # placer.model.load.MAX_INT_DIGITS (the sign counts there; in Python's own limit it does not)
+MAX_INT_CHARS = 4300  # placer.model.yaml_text.MAX_INT_DIGITS (the sign counts there; in Python's own limit it does not)
 MAX_KEY = 1024  # libyaml's limit for an implicit key
 
 

@@ -7,8 +7,8 @@ import yaml
 from rich.table import Table
 from rich.text import Text
 
-from placer.model.load import add_yaml12_numbers
 from placer.model.spec import ServingTopology
+from placer.model.yaml_text import add_yaml12_numbers
 from placer.sizing.plan import SizeResult
 
 

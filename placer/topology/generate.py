@@ -18,7 +18,7 @@ import yaml
 
 from placer.model import API_VERSION, k8s
 from placer.model.cluster import MAX_NODES, GpuGroup
-from placer.model.load import add_yaml12_numbers
+from placer.model.yaml_text import add_yaml12_numbers
 
 STYLES: tuple[str, ...] = ("dgx-h100", "gb200-nvl72", "mixed")
 JOB_SIZES: tuple[int, ...] = (1, 2, 4, 8)
