@@ -416,3 +416,47 @@ def test_unlike_domains_are_those_of_the_problem_s_own_pairs(cluster_d, spec_d):
         return
     with mock.patch("placer.solver.problem.unlike_anywhere", lambda _topo: frozenset({"always look"})):
         assert build_problem(spec, topo).unlike_domains == quick
+
+
+@pytest.mark.parametrize("required", ["node", "nvlink-domain", "rack"])
+@pytest.mark.parametrize("racks", [("r1", "r1"), ("r1", "r2")])
+@pytest.mark.parametrize("min_replicas", [None, 0])
+def test_a_multi_node_pipeline_holds_its_required_level_per_tp_group(required, racks, min_replicas):
+    """placement.required is per TP group, as the checker checks each stage. A differential audit found the
+    solver held a TP8 x PP2 instance on two DGX nodes to it as a whole: 'required: node' was infeasible, and
+    with minReplicas 0 it claimed 0 replicas optimal. Each stage on its own node meets node, NVLink domain
+    and rack, whichever racks the nodes are in."""
+    cluster = ClusterSpec.model_validate(
+        {
+            "apiVersion": "placer.dev/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": "pp"},
+            "nodeClasses": {"dgx": {"gpus": {"count": 8, "product": "H100", "memoryGiB": 80}}},
+            "nodes": [{"name": n, "class": "dgx", "rack": r} for n, r in zip("ab", racks, strict=True)],
+        }
+    )
+    pool = {
+        "instances": 1,
+        "tensorParallel": 8,
+        "pipelineParallel": 2,
+        "nodeCount": 2,
+        "gpusPerNode": 8,
+        "placement": {"required": required},
+        "template": {"image": "example.com/engine:1"},
+    }
+    doc = {
+        "apiVersion": "placer.dev/v1alpha1",
+        "kind": "ServingTopology",
+        "metadata": {"name": "big"},
+        "model": {"layers": 126, "hiddenSize": 16384, "kvHeads": 8, "headDim": 128},
+        "pools": {"aggregated": pool},
+    }
+    if min_replicas is not None:
+        doc["minReplicas"] = min_replicas
+    spec = ServingTopology.model_validate(doc)
+    topo = build_topology(cluster)
+    placement = solve(build_problem(spec, topo), SolveOptions(time_limit_s=5, explain=False))
+    assert len(placement.replicas) == 1 and placement.stats.status == "optimal"
+    report = check(spec, topo, placement)
+    assert report.ok, report.violations
+    assert {n for pod in placement.replicas[0].instances[0].pods for n in [pod.node]} == {"a", "b"}

@@ -153,11 +153,14 @@ def _price_pool(
     return _candidate(topo, spec, pool, dom, ring, ring, msg, kind), pairs
 
 
-def _candidate(topo, spec, pool, dom, ring, span, msg: float, kind: str) -> Candidate:
+def _candidate(topo, spec, pool, dom, ring, span, msg: float, kind: str, group_level: str | None = None) -> Candidate:
+    """``group_level``: the level each TP group spans, where it is narrower than the domain (multi-node PP with
+    a whole TP group per node): the placement rules hold per TP group."""
     us = cost.forward_pass_allreduce_us(
         spec.model.layers, pool.tensor_parallel, [ring] * pool.pipeline_parallel, msg, span
     )
-    miss = pool.placement.preferred is not None and LEVEL_RANK[dom.level] > LEVEL_RANK[pool.placement.preferred]
+    level = group_level or dom.level
+    miss = pool.placement.preferred is not None and LEVEL_RANK[level] > LEVEL_RANK[pool.placement.preferred]
     units = cost.to_units(spec.objective.all_reduce * us)
     return Candidate(dom.id, kind, dom.level, us, units, miss, topo.order[dom.id])
 
@@ -171,10 +174,13 @@ def _multi_node_candidates(
     required_rank = LEVEL_RANK[pool.placement.required]
     msg = cost.activation_bytes(spec.model.hidden_size, spec.tokens_in_flight(name), spec.model.bytes_per_element)
     g = gpus_per_node or 0
+    # Pipeline stages whose TP groups each sit on one node (layout gives a node whole groups): the placement
+    # rules are per TP group, so the instance's nodes may lie in any domain (as the checker checks each stage).
+    group_level = "node" if 0 < pool.tensor_parallel <= g else None
     out = []
     for dom_id in domains_in_order(topo):
         dom = topo.domains[dom_id]
-        if LEVEL_RANK[dom.level] > required_rank or dom.level in ("node", "socket"):
+        if LEVEL_RANK[group_level or dom.level] > required_rank or dom.level in ("node", "socket"):
             continue
         fit = [n for n in dom.nodes if n in eligible and free_in(topo, n, dom) >= g]
         if len(fit) < (node_count or 0):
@@ -189,7 +195,7 @@ def _multi_node_candidates(
         else:
             lanes = cost.ring_lanes(g, topo.rails_per_node)
             ring = cost.ring_over_rails(span, lanes, network_gbps(topo, dom_id, fit), stage_ring.bandwidth_gbps)
-        out.append(_candidate(topo, spec, pool, dom, ring, span, msg, "container"))
+        out.append(_candidate(topo, spec, pool, dom, ring, span, msg, "container", group_level))
     return tuple(out)
 
 

@@ -102,6 +102,12 @@ def groups_that_fit(problem: Problem, pool: str, level: str) -> tuple[int, list[
     topo = problem.topology
     if LEVEL_RANK[level] > LEVEL_RANK["node"] and _one_node(problem, pool):
         level = "node"  # its engine runs it on one node whatever the level: count (and show) nodes
+    if (
+        plan.multi_node
+        and plan.tensor_parallel <= (plan.gpus_per_node or 0)
+        and LEVEL_RANK[level] >= LEVEL_RANK["node"]
+    ):
+        level = "spine"  # a whole TP group per node: the rules hold per group, the nodes may be anywhere
     total = 0
     blocks = []
     for dom_id in _maximal_domains(problem, level):
