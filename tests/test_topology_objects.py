@@ -333,3 +333,24 @@ def test_nodes_of_one_class_share_nothing_a_node_of_its_own_changes(tmp_path):
     assert len(own.gpus) == 2 and len(plain.gpus) == 4
     again = build_topology(ClusterSpec.model_validate(doc | {"nodeClasses": {"c": cls}, "nodes": nodes[:1]}))
     assert again.nodes[0].gpus == plain.gpus
+
+
+def test_a_node_mixing_gpu_memory_sizes_is_refused_with_its_line(tmp_path):
+    """A differential audit found exit 3: the GPU selector judged the node by its first GPU, the checker each
+    GPU. One size per node, as one product per node, is refused at load with the field and line."""
+    from cli_in_process import run
+
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        "apiVersion: placer.dev/v1alpha1\nkind: Cluster\nmetadata: {name: m}\nnodes:\n  - name: n0\n    gpus:\n"
+        "      - {index: 0, product: H100, memoryGiB: 80}\n      - {index: 1, product: H100, memoryGiB: 40}\n"
+    )
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "apiVersion: placer.dev/v1alpha1\nkind: ServingTopology\nmetadata: {name: t}\n"
+        "model: {layers: 4, hiddenSize: 1024, kvHeads: 4, headDim: 64}\npools:\n  aggregated: {instances: 1, "
+        "tensorParallel: 1, gpu: {minMemoryGiB: 80}, template: {image: example.com/engine:1}}\n"
+    )
+    done = run("solve", spec, cluster)
+    assert done.returncode == 2 and done.stdout == ""
+    assert f"{cluster}:6: nodes[0].gpus: node 'n0' mixes GPU memory sizes [40.0, 80.0] GiB; one per node" in done.stderr

@@ -102,6 +102,9 @@ def _resolve_node(spec: ClusterSpec, i: int, node: NodeSpec) -> dict:
     products = {g.product for g in gpus}
     if len(products) > 1:
         raise InputError(f"{where}.gpus: node {node.name!r} mixes GPU products {sorted(products)}; one per node")
+    sizes = {g.memory_gib for g in gpus}
+    if len(sizes) > 1:  # a GPU selector judges a node by its GPUs' one product and size (problem.node_matches)
+        raise InputError(f"{where}.gpus: node {node.name!r} mixes GPU memory sizes {sorted(sizes)} GiB; one per node")
     indices = {g.index for g in gpus}
     gpus = _with_ids(node, gpus, where)
     for b in node.busy:
