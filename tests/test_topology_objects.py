@@ -354,3 +354,29 @@ def test_a_node_mixing_gpu_memory_sizes_is_refused_with_its_line(tmp_path):
     done = run("solve", spec, cluster)
     assert done.returncode == 2 and done.stdout == ""
     assert f"{cluster}:6: nodes[0].gpus: node 'n0' mixes GPU memory sizes [40.0, 80.0] GiB; one per node" in done.stderr
+
+
+def test_a_gpu_shortage_across_pools_is_named_beside_a_packing_rule(tmp_path):
+    """A differential audit found why-not naming only the packing rule ('allow required: rack'), which alone
+    cannot help: 3 free GPUs for a replica of 4. Both are named now."""
+    from cli_in_process import run
+
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        "apiVersion: placer.dev/v1alpha1\nkind: Cluster\nmetadata: {name: tot}\nnodes:\n"
+        + "".join(
+            f"  - {{name: n{i}, rack: r{min(i, 1)}, gpus: {{count: 2, product: H100, memoryGiB: 80}}, busy: [0]}}\n"
+            for i in range(3)
+        )
+    )
+    spec = tmp_path / "s.yaml"
+    pool = "{{role: aggregated, instances: 1, tensorParallel: 2, {}template: {{image: example.com/engine:1}}}}"
+    spec.write_text(
+        "apiVersion: placer.dev/v1alpha1\nkind: ServingTopology\nmetadata: {name: t}\n"
+        "model: {layers: 4, hiddenSize: 1024, kvHeads: 4, headDim: 64}\npools:\n"
+        f"  small: {pool.format('')}\n  big: {pool.format('placement: {required: node}, ')}\n"
+    )
+    done = run("solve", spec, cluster)
+    assert done.returncode == 1
+    assert "big needs 1 group of 2 GPUs, each inside one node" in done.stderr
+    assert "1 replica(s) need 4 GPUs across all pools; only 3 matching GPUs are free" in done.stderr

@@ -373,7 +373,10 @@ def single_rule_conflicts(problem: Problem) -> list[Conflict]:
             out.append(found)
     union = frozenset().union(*(plan.eligible for plan in problem.pools.values()))
     free_any = sum(len(topo.nodes[n].free_gpus) for n in union)
-    if not out and len(problem.pools) > 1 and total_need > free_any:
+    # Said beside a pool's packing rule (relaxing that alone cannot help), not beside a pool's own shortage or
+    # selector, which already imply it.
+    short_alone = any(c.rule.endswith((".instances", ".gpu")) for c in out)
+    if not short_alone and len(problem.pools) > 1 and total_need > free_any:
         out.append(
             Conflict(
                 "replicas",
