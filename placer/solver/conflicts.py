@@ -332,6 +332,8 @@ def _nearest_room(problem: Problem, name: str) -> tuple[int, str] | None:
     pool whose instances each sit on one node; None when they may span nodes or no node could hold another
     (for GPUs, or for the CPU and memory its pods request)."""
     plan = problem.pools[name]
+    if plan.multi_node:
+        return None  # its pods sit on several nodes: one node's freed GPUs are not one more instance
     levels = {problem.topology.domains[d].level for d in _maximal_domains(problem, plan.required)}
     if levels != {"node"} and not _one_node(problem, name):  # e.g. an NVLink domain that is one DGX node
         return None
