@@ -1,0 +1,54 @@
+"""Why nothing fits (placer.solver.conflicts): each named rule, and each relaxation offered, is one that
+matters; cases a differential audit against a brute force found misleading."""
+
+from __future__ import annotations
+
+
+def test_a_gpu_shortage_across_pools_is_named_beside_a_packing_rule(tmp_path):
+    """A differential audit found why-not naming only the packing rule ('allow required: rack'), which alone
+    cannot help: 3 free GPUs for a replica of 4. Both are named now."""
+    from cli_in_process import run
+
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        "apiVersion: placer.dev/v1alpha1\nkind: Cluster\nmetadata: {name: tot}\nnodes:\n"
+        + "".join(
+            f"  - {{name: n{i}, rack: r{min(i, 1)}, gpus: {{count: 2, product: H100, memoryGiB: 80}}, busy: [0]}}\n"
+            for i in range(3)
+        )
+    )
+    spec = tmp_path / "s.yaml"
+    pool = "{{role: aggregated, instances: 1, tensorParallel: 2, {}template: {{image: example.com/engine:1}}}}"
+    spec.write_text(
+        "apiVersion: placer.dev/v1alpha1\nkind: ServingTopology\nmetadata: {name: t}\n"
+        "model: {layers: 4, hiddenSize: 1024, kvHeads: 4, headDim: 64}\npools:\n"
+        f"  small: {pool.format('')}\n  big: {pool.format('placement: {required: node}, ')}\n"
+    )
+    done = run("solve", spec, cluster)
+    assert done.returncode == 1
+    assert "big needs 1 group of 2 GPUs, each inside one node" in done.stderr
+    assert "1 replica(s) need 4 GPUs across all pools; only 3 matching GPUs are free" in done.stderr
+
+
+def test_why_not_offers_no_gpus_to_free_on_one_node_for_a_multi_node_instance(tmp_path):
+    """A differential audit found 'free 4 more GPUs in node/n0' for a 2-node instance needing two nodes in one
+    rack, where each rack holds one node: freeing GPUs there never helps."""
+    from cli_in_process import run
+
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        "apiVersion: placer.dev/v1alpha1\nkind: Cluster\nmetadata: {name: nr}\nnodes:\n"
+        "  - {name: n0, rack: r0, gpus: {count: 8, product: H100, memoryGiB: 80}, busy: [0, 1, 2, 3]}\n"
+        "  - {name: n1, rack: r1, gpus: {count: 8, product: H100, memoryGiB: 80}}\n"
+    )
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "apiVersion: placer.dev/v1alpha1\nkind: ServingTopology\nmetadata: {name: t}\n"
+        "model: {layers: 4, hiddenSize: 1024, kvHeads: 4, headDim: 64}\npools:\n  aggregated: {instances: 1, "
+        "tensorParallel: 8, nodeCount: 2, gpusPerNode: 4, placement: {required: rack}, "
+        "template: {image: example.com/engine:1}}\n"
+    )
+    done = run("solve", spec, cluster)
+    assert done.returncode == 1
+    assert "allow pools.aggregated.placement.required: leaf" in done.stderr
+    assert "more GPU" not in done.stderr
