@@ -9,8 +9,8 @@ from placer.topology.graph import Topology
 
 def _walk_up(topo: Topology, node: int) -> dict[str, cost.PathFigures]:
     """Ring figures from ``node``'s GPUs up to every domain above them, in one walk: the GPU -> home edge
-    carries the home's crossing figure, each hop up the parent's. One walk per node, kept per cluster: a
-    100k-GPU problem asked for ~70k (node, domain) pairs, and walking up once per pair was its slowest part."""
+    carries the home's crossing figure, each hop up the parent's. One walk per node, kept per cluster, shared
+    by unlike_anywhere (which walks every node) and the pricing, whose (node, domain) pairs are then lookups."""
     chains = topo.cached("figures", dict)
     chain = chains.get(node)
     if chain is None:
