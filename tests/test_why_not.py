@@ -52,3 +52,28 @@ def test_why_not_offers_no_gpus_to_free_on_one_node_for_a_multi_node_instance(tm
     assert done.returncode == 1
     assert "allow pools.aggregated.placement.required: leaf" in done.stderr
     assert "more GPU" not in done.stderr
+
+
+def test_a_broader_packing_level_is_offered_only_when_it_fits(tmp_path):
+    """A differential audit found 'allow required: leaf' offered where no level helps: the count of free
+    GPUs at a level ignores the pods' CPU (n1 has none left). Offered now only when a feasibility check
+    confirms it; the multi-node case beside it still gets its verified level."""
+    from cli_in_process import run
+
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        "apiVersion: placer.dev/v1alpha1\nkind: Cluster\nmetadata: {name: cpu}\nnodes:\n"
+        "  - {name: n0, gpus: {count: 4, product: H100, memoryGiB: 80}, cpu: '32'}\n"
+        "  - {name: n1, gpus: {count: 4, product: H100, memoryGiB: 80}, cpu: '1', used: {cpu: '1'}}\n"
+    )
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "apiVersion: placer.dev/v1alpha1\nkind: ServingTopology\nmetadata: {name: t}\n"
+        "model: {layers: 4, hiddenSize: 1024, kvHeads: 4, headDim: 64}\npools:\n  aggregated: {instances: 2, "
+        "tensorParallel: 4, placement: {required: node}, template: {image: example.com/engine:1, "
+        "resources: {requests: {cpu: '1', memory: 1Gi}}}}\n"
+    )
+    done = run("solve", spec, cluster)
+    assert done.returncode == 1
+    assert "aggregated needs 2 groups of 4 GPUs, each inside one node; only 1 such group fits" in done.stderr
+    assert "placement.required:" not in done.stderr

@@ -32,6 +32,7 @@ class Conflict:
     message: str  # subject -> count -> limit
     relax: str | None  # what would make it fit (verified by a feasibility check where it says so)
     relaxable: str | None = None  # one of the deletion filter's rules (``_present``): its relaxation is searched
+    widen: tuple[str, str] | None = None  # (pool, level): the broader packing level ``relax`` offers, counted
 
     def __str__(self) -> str:
         return self.message + (f" Relax: {self.relax}" if self.relax else "")
@@ -43,7 +44,32 @@ def explain_infeasible(problem: Problem, seconds: float = 20.0) -> list[Conflict
     # solving (at 10k GPUs one feasibility solve can take seconds), and the same input names the same rules.
     budget = Budget(seconds, WALL_FACTOR * seconds + WALL_SLACK_S)
     found = single_rule_conflicts(problem) or deletion_filter(problem, budget)
+    if len(found) == 1 and found[0].widen is not None:  # the only rule that fails: its relaxation must do
+        found = [_widened(problem, found[0], budget)]
     return [_fewer_replicas(problem, _with_relaxation(problem, c, budget), budget) for c in found]
+
+
+def _widened(problem: Problem, c: Conflict, budget: Budget) -> Conflict:
+    """A packing level offered because enough free GPUs lie at it (a count that ignores the pods' CPU and
+    memory and the other rules), confirmed by a feasibility check, else the next broader one that is; none
+    offered when every one is refused, and left as counted when the budget cannot tell."""
+    assert c.widen is not None and c.relax is not None
+    name, offered = c.widen
+    pool = problem.spec.pools[name]
+    for level in [offered, *_levels(problem, broader_than=offered)]:
+        placement = pool.placement.model_copy(update={"required": level})
+        pools = {**problem.spec.pools, name: pool.model_copy(update={"placement": placement})}
+        fits = _feasible(problem.spec.model_copy(update={"pools": pools}), problem, budget)
+        if fits is None:
+            return c
+        if fits:
+            return replace(c, relax=c.relax.replace(_widen_text(name, offered), _widen_text(name, level)))
+    rest = [part for part in c.relax.split("; or ") if part != _widen_text(name, offered)]
+    return replace(c, relax="; or ".join(rest) or None, widen=None)
+
+
+def _widen_text(pool: str, level: str) -> str:
+    return f"allow pools.{pool}.placement.required: {level}"
 
 
 def _fewer_replicas(problem: Problem, c: Conflict, budget: Budget) -> Conflict:
@@ -273,6 +299,7 @@ def _packing_conflict(problem: Problem, name: str) -> Conflict | None:
         f"only {fit} such group{'s' if fit != 1 else ''} fit{'s' if fit == 1 else ''} ({largest})."
     )
     relax = []
+    widen = None
     if _one_node(problem, name):  # a broader level changes nothing for it; splitting it over nodes may
         split = _even_split(problem, name, need)
         if split is not None:
@@ -280,13 +307,14 @@ def _packing_conflict(problem: Problem, name: str) -> Conflict | None:
     else:
         for level in _levels(problem, broader_than=plan.required):
             if groups_that_fit(problem, name, level)[0] >= need:
-                relax.append(f"allow pools.{name}.placement.required: {level}")
+                relax.append(_widen_text(name, level))
+                widen = (name, level)
                 break
     more = _nearest_room(problem, name)
     if more is not None:
         one_more = " for one more group" if need - fit > 1 else ""
         relax.append(f"free {more[0]} more GPU{'s' if more[0] != 1 else ''} in {more[1]}{one_more}")
-    return Conflict(f"pools.{name}.placement.required", message, "; or ".join(relax) or None)
+    return Conflict(f"pools.{name}.placement.required", message, "; or ".join(relax) or None, widen=widen)
 
 
 def _fits_with(problem: Problem, name: str, need: int, update: dict) -> bool:
