@@ -3,28 +3,30 @@ matters; cases a differential audit against a brute force found misleading."""
 
 from __future__ import annotations
 
+from cli_in_process import run
+
+_MODEL = "model: {layers: 4, hiddenSize: 1024, kvHeads: 4, headDim: 64}\n"
+
+
+def _why_not(tmp_path, nodes: str, pools: str):
+    """``placer solve`` of a spec with these pools on a cluster of these nodes (YAML list items)."""
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("apiVersion: placer.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nnodes:\n" + nodes)
+    spec = tmp_path / "s.yaml"
+    spec.write_text("apiVersion: placer.dev/v1alpha1\nkind: ServingTopology\nmetadata: {name: t}\n" + _MODEL + pools)
+    return run("solve", spec, cluster)
+
 
 def test_a_gpu_shortage_across_pools_is_named_beside_a_packing_rule(tmp_path):
     """A differential audit found why-not naming only the packing rule ('allow required: rack'), which alone
     cannot help: 3 free GPUs for a replica of 4. Both are named now."""
-    from cli_in_process import run
-
-    cluster = tmp_path / "c.yaml"
-    cluster.write_text(
-        "apiVersion: placer.dev/v1alpha1\nkind: Cluster\nmetadata: {name: tot}\nnodes:\n"
-        + "".join(
-            f"  - {{name: n{i}, rack: r{min(i, 1)}, gpus: {{count: 2, product: H100, memoryGiB: 80}}, busy: [0]}}\n"
-            for i in range(3)
-        )
+    nodes = "".join(
+        f"  - {{name: n{i}, rack: r{min(i, 1)}, gpus: {{count: 2, product: H100, memoryGiB: 80}}, busy: [0]}}\n"
+        for i in range(3)
     )
-    spec = tmp_path / "s.yaml"
     pool = "{{role: aggregated, instances: 1, tensorParallel: 2, {}template: {{image: example.com/engine:1}}}}"
-    spec.write_text(
-        "apiVersion: placer.dev/v1alpha1\nkind: ServingTopology\nmetadata: {name: t}\n"
-        "model: {layers: 4, hiddenSize: 1024, kvHeads: 4, headDim: 64}\npools:\n"
-        f"  small: {pool.format('')}\n  big: {pool.format('placement: {required: node}, ')}\n"
-    )
-    done = run("solve", spec, cluster)
+    pools = f"pools:\n  small: {pool.format('')}\n  big: {pool.format('placement: {required: node}, ')}\n"
+    done = _why_not(tmp_path, nodes, pools)
     assert done.returncode == 1
     assert "big needs 1 group of 2 GPUs, each inside one node" in done.stderr
     assert "1 replica(s) need 4 GPUs across all pools; only 3 matching GPUs are free" in done.stderr
@@ -33,22 +35,13 @@ def test_a_gpu_shortage_across_pools_is_named_beside_a_packing_rule(tmp_path):
 def test_why_not_offers_no_gpus_to_free_on_one_node_for_a_multi_node_instance(tmp_path):
     """A differential audit found 'free 4 more GPUs in node/n0' for a 2-node instance needing two nodes in one
     rack, where each rack holds one node: freeing GPUs there never helps."""
-    from cli_in_process import run
-
-    cluster = tmp_path / "c.yaml"
-    cluster.write_text(
-        "apiVersion: placer.dev/v1alpha1\nkind: Cluster\nmetadata: {name: nr}\nnodes:\n"
+    done = _why_not(
+        tmp_path,
         "  - {name: n0, rack: r0, gpus: {count: 8, product: H100, memoryGiB: 80}, busy: [0, 1, 2, 3]}\n"
-        "  - {name: n1, rack: r1, gpus: {count: 8, product: H100, memoryGiB: 80}}\n"
+        "  - {name: n1, rack: r1, gpus: {count: 8, product: H100, memoryGiB: 80}}\n",
+        "pools:\n  aggregated: {instances: 1, tensorParallel: 8, nodeCount: 2, gpusPerNode: 4, "
+        "placement: {required: rack}, template: {image: example.com/engine:1}}\n",
     )
-    spec = tmp_path / "s.yaml"
-    spec.write_text(
-        "apiVersion: placer.dev/v1alpha1\nkind: ServingTopology\nmetadata: {name: t}\n"
-        "model: {layers: 4, hiddenSize: 1024, kvHeads: 4, headDim: 64}\npools:\n  aggregated: {instances: 1, "
-        "tensorParallel: 8, nodeCount: 2, gpusPerNode: 4, placement: {required: rack}, "
-        "template: {image: example.com/engine:1}}\n"
-    )
-    done = run("solve", spec, cluster)
     assert done.returncode == 1
     assert "allow pools.aggregated.placement.required: leaf" in done.stderr
     assert "more GPU" not in done.stderr
@@ -57,23 +50,14 @@ def test_why_not_offers_no_gpus_to_free_on_one_node_for_a_multi_node_instance(tm
 def test_a_broader_packing_level_is_offered_only_when_it_fits(tmp_path):
     """A differential audit found 'allow required: leaf' offered where no level helps: the count of free
     GPUs at a level ignores the pods' CPU (n1 has none left). Offered now only when a feasibility check
-    confirms it; the multi-node case beside it still gets its verified level."""
-    from cli_in_process import run
-
-    cluster = tmp_path / "c.yaml"
-    cluster.write_text(
-        "apiVersion: placer.dev/v1alpha1\nkind: Cluster\nmetadata: {name: cpu}\nnodes:\n"
+    confirms it (the multi-node case above still gets its level, confirmed)."""
+    done = _why_not(
+        tmp_path,
         "  - {name: n0, gpus: {count: 4, product: H100, memoryGiB: 80}, cpu: '32'}\n"
-        "  - {name: n1, gpus: {count: 4, product: H100, memoryGiB: 80}, cpu: '1', used: {cpu: '1'}}\n"
+        "  - {name: n1, gpus: {count: 4, product: H100, memoryGiB: 80}, cpu: '1', used: {cpu: '1'}}\n",
+        "pools:\n  aggregated: {instances: 2, tensorParallel: 4, placement: {required: node}, "
+        "template: {image: example.com/engine:1, resources: {requests: {cpu: '1', memory: 1Gi}}}}\n",
     )
-    spec = tmp_path / "s.yaml"
-    spec.write_text(
-        "apiVersion: placer.dev/v1alpha1\nkind: ServingTopology\nmetadata: {name: t}\n"
-        "model: {layers: 4, hiddenSize: 1024, kvHeads: 4, headDim: 64}\npools:\n  aggregated: {instances: 2, "
-        "tensorParallel: 4, placement: {required: node}, template: {image: example.com/engine:1, "
-        "resources: {requests: {cpu: '1', memory: 1Gi}}}}\n"
-    )
-    done = run("solve", spec, cluster)
     assert done.returncode == 1
     assert "aggregated needs 2 groups of 4 GPUs, each inside one node; only 1 such group fits" in done.stderr
     assert "placement.required:" not in done.stderr
