@@ -67,19 +67,17 @@ def steiner_figures(topo: Topology, gpus: list[tuple[int, int]]) -> cost.PathFig
     if len(gpus) <= 1:
         return cost.PathFigures(float("inf"), 0.0, topo.domains[top].level)
     bw, lat = float("inf"), 0.0
-    seen: set[tuple[str, str]] = set()
-    for (n, g), home in zip(gpus, homes, strict=True):
-        a, b = topo.gpu_vertex(n, g), home
-        while True:
-            if (a, b) not in seen:
-                seen.add((a, b))
-                e = topo.graph.edges[a, b]
-                bw, lat = min(bw, e["bandwidth_gbps"]), max(lat, e["latency_us"])
-            if b == top:
-                break
-            a, b = b, topo.domains[b].parent  # type: ignore[assignment]
-            if a == top:
-                break
+    seen: set[str] = set()  # vertices whose edge up is counted
+    for home in sorted(set(homes)):
+        home_bw, home_lat = topo.crossing[home]  # each GPU's own link into its home carries the home's figures
+        bw, lat = min(bw, home_bw), max(lat, home_lat)
+        below = home
+        while below != top and below not in seen:
+            seen.add(below)
+            above = topo.domains[below].parent
+            e = topo.graph.edges[below, above]
+            bw, lat = min(bw, e["bandwidth_gbps"]), max(lat, e["latency_us"])
+            below = above  # type: ignore[assignment]
     return cost.PathFigures(bw, lat, topo.domains[top].level)
 
 

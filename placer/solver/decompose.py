@@ -220,7 +220,7 @@ def solve_by_domain(problem: Problem, split: Split, options: SolveOptions, budge
     room = [
         min(
             _cap(problem, split, d),
-            sum(len(topo.nodes[n].free_gpus) for n in topo.domains[d].nodes) // max(1, per_replica),
+            topo.free_in_domain(d) // max(1, per_replica),
         )
         for d in split.domains
     ]

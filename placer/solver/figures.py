@@ -17,8 +17,7 @@ def _walk_up(topo: Topology, node: int) -> dict[str, cost.PathFigures]:
         n = topo.nodes[node]
         gpu = n.gpus[0].index
         current: str | None = topo.gpu_domain(node, gpu)
-        edge = topo.graph.edges[topo.gpu_vertex(node, gpu), current]
-        bw, lat = edge["bandwidth_gbps"], edge["latency_us"]
+        bw, lat = topo.crossing[current]  # the GPU's own link into its home
         chain = chains[node] = {}
         while current is not None:
             dom = topo.domains[current]
@@ -89,13 +88,8 @@ def _unit_figures(topo: Topology, dom_id: str, node: int, memo: dict) -> cost.Pa
     dom = topo.domains[dom_id]
     if dom.level == "node" and dom.children:
         return worst_figures(topo, dom_id, [node], memo)
-    n = topo.nodes[node]
-    e = (
-        topo.graph.edges[topo.gpu_vertex(node, n.gpus[0].index), dom_id]
-        if dom.level == "node"
-        else topo.graph.edges[topo.gpu_vertex(node, next(g.index for g in n.gpus if g.socket == dom.socket)), dom_id]
-    )
-    return cost.PathFigures(e["bandwidth_gbps"], e["latency_us"], dom.level)
+    bw, lat = topo.crossing[dom_id]  # the node or socket is its GPUs' home: their own links
+    return cost.PathFigures(bw, lat, dom.level)
 
 
 def free_in(topo: Topology, node: int, dom) -> int:

@@ -4,9 +4,9 @@ Phase 1 resolves node classes into plain ``Node`` records (GPUs, busy set, CPU/m
 Phase 2 builds the domain tree socket -> node -> nvlink-domain -> rack -> leaf -> spine; a domain with a
 single child holds the same GPUs as that child and is merged away, so every domain left either is a node
 (or socket) or has at least two children. Phase 3 builds the link graph with networkx: every domain is a
-switch vertex, every GPU a vertex under its socket or node, and each edge child -> parent carries the
-figures of crossing that parent. The effective bandwidth between two GPUs is the bottleneck (and the latency
-the largest) along the path between them.
+switch vertex and each edge child -> parent carries the figures of crossing that parent; a GPU's own link
+into its home (socket or node) carries the home's crossing figures. The effective bandwidth between two GPUs
+is the bottleneck (and the latency the largest) along the path between them.
 
 Domain ids follow Kueue's habit of readable ids: ``<level>/<name>``, e.g. ``rack/r07``, ``node/dgx-001``.
 """
@@ -86,6 +86,8 @@ def neutral_hit(known: list[dict[int, float]]) -> float:
 
 def _with_ids(node: NodeSpec, gpus: tuple[Gpu, ...], where: str) -> tuple[Gpu, ...]:
     """The node's GPUs with the uuid and bus id its ``gpuIds`` give (what --target dra selects by)."""
+    if not node.gpu_ids:
+        return gpus  # the class's shared tuple (_group_gpus), as most nodes have it
     ids = {g.index: g for g in node.gpu_ids or []}
     if unknown := sorted(set(ids) - {g.index for g in gpus}):
         raise InputError(f"{where}.gpuIds: GPU index {unknown[0]} is not a GPU of node {node.name!r}")
@@ -204,7 +206,7 @@ def build_topology(spec: ClusterSpec) -> Topology:
     root = next(d.id for d in domains.values() if d.parent is None)
     _fill_nodes(domains, root)
     crossing = _crossing_figures(spec, domains, nodes)
-    graph = _link_graph(domains, nodes, crossing)
+    graph = _link_graph(domains, crossing)
     order = {d: i for i, d in enumerate(_preorder(domains, root))}
     for d in domains.values():
         d.children.sort(key=order.__getitem__)
@@ -295,20 +297,19 @@ def _crossing_figures(
     return out
 
 
-def _link_graph(domains: dict[str, Domain], nodes: list[Node], crossing: dict[str, tuple[float, float]]) -> nx.Graph:
-    """Every edge child -> parent carries the figures of crossing the parent; GPUs hang off their socket or
-    node. A tree, so the path between two GPUs is unique and its bottleneck is their effective bandwidth."""
+def _link_graph(domains: dict[str, Domain], crossing: dict[str, tuple[float, float]]) -> nx.Graph:
+    """Every edge child -> parent carries the figures of crossing the parent. A tree, so the path between two
+    GPUs is unique and its bottleneck is their effective bandwidth. GPUs are not vertices: a GPU's link into
+    its home (socket or node) carries the home's own crossing figures, so 100k GPU vertices would add 80 % of
+    a 100k-GPU cluster's graph (and a second of building it) and nothing the home does not say."""
     graph = nx.Graph()
+    graph.add_nodes_from((dom.id, {"level": dom.level}) for dom in domains.values())
     for dom in domains.values():
-        graph.add_node(dom.id, level=dom.level)
         if dom.parent is not None:
-            bw, lat = crossing[dom.parent]
-            graph.add_edge(dom.id, dom.parent, bandwidth_gbps=bw, latency_us=lat)
-            dom.up = (bw, lat)
-    for node in nodes:
-        for gpu in node.gpus:
-            sock = f"socket/{node.name}/{gpu.socket}"
-            home = sock if sock in domains else f"node/{node.name}"
-            bw, lat = crossing[home]
-            graph.add_edge(f"gpu/{node.name}/{gpu.index}", home, bandwidth_gbps=bw, latency_us=lat)
+            dom.up = crossing[dom.parent]
+    graph.add_edges_from(
+        (dom.id, dom.parent, {"bandwidth_gbps": dom.up[0], "latency_us": dom.up[1]})
+        for dom in domains.values()
+        if dom.parent is not None
+    )
     return graph

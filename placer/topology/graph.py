@@ -130,6 +130,20 @@ class Topology:
         """[start, end) in pre-order (``order``) of the domain and everything below it."""
         return self.order[domain_id], self._subtree_end[domain_id]
 
+    @cached_property
+    def _free_counts(self) -> dict[str, int]:
+        return {}
+
+    def free_in_domain(self, domain_id: str) -> int:
+        """Free GPUs on the domain's nodes, counted once per domain and state: each leaf model of a
+        decomposition bounds the whole cluster's, which at 100k GPUs is 25k nodes summed per model."""
+        found = self._free_counts.get(domain_id)
+        if found is None:
+            found = self._free_counts[domain_id] = sum(
+                len(self.nodes[n].free_gpus) for n in self.domains[domain_id].nodes
+            )
+        return found
+
     def contains(self, outer: str, inner: str) -> bool:
         """Whether ``inner`` is ``outer`` or lies below it, in O(1) (the greedy asks this millions of times)."""
         return self.order[outer] <= self.order[inner] < self._subtree_end[outer]
@@ -198,13 +212,13 @@ class Topology:
         nodes = [replace(n, busy=n.busy - frozenset(gpus[n.index])) if n.index in gpus else n for n in self.nodes]
         return replace(self, nodes=nodes)
 
-    def gpu_vertex(self, node: int, gpu: int) -> str:
-        return f"gpu/{self.nodes[node].name}/{gpu}"
-
     def gpu_domain(self, node: int, gpu: int) -> str:
-        """Narrowest domain of a GPU: its socket when the node has sockets as domains, else its node."""
-        vertex = self.gpu_vertex(node, gpu)
-        return next(iter(self.graph.neighbors(vertex)))
+        """Narrowest domain of a GPU, its home: its socket when the node has sockets as domains, else its node.
+        The GPU's own link into its home carries the home's ``crossing`` figures."""
+        home = self.node_domain[node]
+        if not self.domains[home].children:
+            return home
+        return f"socket/{self.nodes[node].name}/{self.nodes[node].gpu(gpu).socket}"
 
     def lowest_common(self, domain_ids: list[str]) -> str:
         """Narrowest domain containing all the given domains."""

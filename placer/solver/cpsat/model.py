@@ -537,7 +537,7 @@ def post_capacity(model: cp_model.CpModel, topo, demands: list[Capacity]) -> Non
         dom = topo.domains[dom_id]
         model.add(sum(unit[dom_id]) <= free_in(topo, dom.nodes[0], dom))
     for d in sorted(inside):
-        model.add(sum(inside[d]) <= sum(len(topo.nodes[n].free_gpus) for n in topo.domains[d].nodes))
+        model.add(sum(inside[d]) <= topo.free_in_domain(d))
     for n in sorted(cpu):
         node = topo.nodes[n]
         model.add(sum(cpu[n]) <= node.cpu_free_m)
