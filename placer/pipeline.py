@@ -166,13 +166,32 @@ def run_solve(
 ) -> SolveResult:
     """``target`` / ``nccl`` choose the manifests (emit.build_manifests; default: coscheduling);
     ``namespace`` replaces the spec's, so objects, the record and the spec annotation all carry it."""
-    from placer.emit.manifests import build_manifests
     from placer.emit.targets import DEFAULT_TARGET
     from placer.emit.targets.versions import check_version
+
+    check_version(target or DEFAULT_TARGET, target_version)  # bad input before any work
+    with LongLived() as long_lived:
+        return _run_solve(
+            spec_path, cluster_path, options, progress, target, nccl, namespace, target_version, long_lived
+        )
+
+
+def _run_solve(
+    spec_path: Path,
+    cluster_path: Path,
+    options: SolveOptions,
+    progress: Callable[[str], None],
+    target: str | None,
+    nccl: bool | None,
+    namespace: str | None,
+    target_version: str | None,
+    long_lived: LongLived,
+) -> SolveResult:
+    from placer.emit.manifests import build_manifests
+    from placer.emit.targets import DEFAULT_TARGET
     from placer.model.load import load_cluster, load_spec
     from placer.solver.solve import solve
 
-    check_version(target or DEFAULT_TARGET, target_version)  # bad input before any work
     times: dict[str, float] = {}
     t = started = time.perf_counter()
     spec = load_spec(spec_path)
@@ -181,6 +200,7 @@ def run_solve(
     cluster = load_cluster(cluster_path)
     times["load"] = time.perf_counter() - t
     topo, problem = build_inputs(spec_path, spec, cluster_path, cluster, times)
+    long_lived.keep()  # the cluster, the spec and the problem outlive the solve
     free = sum(len(n.free_gpus) for n in topo.nodes)
     progress(
         f"cluster {topo.name}: {len(topo.nodes)} nodes, {free} free GPUs; solving {spec.metadata.name} "
@@ -446,24 +466,34 @@ def _check_buildable(d, topo: Topology) -> None:
 
 
 class LongLived:
-    """Python's cycle collector paused over what outlives a run. A batch makes millions of short-lived
-    objects, so the collector runs hundreds of times, and each full pass walks every live object: the
-    imported modules and the loaded cluster too (0.37 s of a 5 s batch on 10k GPUs, bench/NOTES.md). What is
-    alive at ``keep`` (and on entry) outlives the run, so it is set aside (gc.freeze) until the run ends and
-    then given back. A process that freezes objects itself is left alone."""
+    """Python's cycle collector kept off what outlives a run. Loading and building make millions of objects
+    that live as long as the run and almost no garbage, and every full collection walks every live object:
+    a solve on 100k GPUs spent ~2 of 9 CPU s in collections walking the cluster, a batch made hundreds of
+    collections (bench/NOTES.md). So collection is paused from entry to ``keep`` (the inputs are being
+    built), what is alive at ``keep`` is set aside (gc.freeze) and collection resumes for the run's
+    short-lived objects; at the end everything is given back, so the caller's process keeps nothing frozen
+    and collects the run's garbage as usual. A process that freezes objects itself is left alone."""
 
     def __enter__(self) -> LongLived:
         self.owned = not gc.get_freeze_count()
-        self.keep()
+        self.collecting = gc.isenabled()
+        if self.owned:
+            gc.freeze()
+            gc.disable()
         return self
 
     def keep(self) -> None:
+        """What is alive now outlives the run: set aside, and collection resumes."""
         if self.owned:
             gc.freeze()
+            if self.collecting:
+                gc.enable()
 
     def __exit__(self, *_exc) -> None:
         if self.owned:
             gc.unfreeze()
+            if self.collecting:
+                gc.enable()
 
 
 def in_namespace(spec: ServingTopology, namespace: str) -> ServingTopology:

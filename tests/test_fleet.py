@@ -500,27 +500,49 @@ def test_keep_refuses_two_running_instances_on_one_gpu(tmp_path):
     assert r.returncode == 2 and "held by both" in r.stderr and "forged.yaml" in r.stderr
 
 
-def test_a_batch_gives_back_what_it_set_aside_from_the_collector(tmp_path):
-    """run_fleet freezes what outlives it (gc.freeze) so the cycle collector does not walk it hundreds of
-    times; afterwards nothing stays frozen, after an input error too, and a process that froze objects
-    itself keeps exactly those frozen."""
+@pytest.mark.parametrize("runner", ["solve", "fleet"])
+def test_a_run_gives_back_what_it_set_aside_from_the_collector(tmp_path, runner, monkeypatch):
+    """run_solve and run_fleet pause the cycle collector while the inputs are built and freeze them
+    (gc.freeze) so no collection walks them again; the run itself collects as usual (progress is reported
+    after the inputs are built). Afterwards nothing stays frozen and the collector is as the caller left it,
+    after an input error too, and a process that froze objects itself keeps exactly those frozen."""
     import gc
+
+    from placer.pipeline import run_solve
+    from placer.topology import build
+
+    building: list[bool] = []
+    real = build.build_topology
+    monkeypatch.setattr(build, "build_topology", lambda c: (building.append(gc.isenabled()), real(c))[1])
+
+    def go(specs, progress=lambda _m: None):
+        if runner == "solve":
+            return run_solve(specs, cluster, OPTS, progress=progress).placement.replicas
+        return run_fleet([specs], cluster, OPTS, progress=progress).fleet.placed
 
     cluster = _cluster(tmp_path, {})
     specs = _write_specs(tmp_path, [_spec_doc("a", 4, 1)])
-    assert gc.get_freeze_count() == 0
-    seen: list[int] = []
-    assert run_fleet([specs], cluster, OPTS, progress=lambda _m: seen.append(gc.get_freeze_count())).fleet.placed
-    assert seen and min(seen) > 0  # frozen while it ran
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    seen: list[tuple[int, bool]] = []
+    assert go(specs, lambda _m: seen.append((gc.get_freeze_count(), gc.isenabled())))
+    assert seen and min(f for f, _ in seen) > 0  # frozen while it ran
+    assert all(on for _, on in seen)  # and collecting the run's own garbage
+    assert building == [False]  # but not while the cluster was built
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
     bad = _write_specs(tmp_path, [{**_spec_doc("b", 4, 1), "replicas": 0}], "bad.yaml")
     with pytest.raises(InputError):
-        run_fleet([bad], cluster, OPTS)
-    assert gc.get_freeze_count() == 0
+        go(bad)
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    gc.disable()  # a caller that collects by hand is left so
+    try:
+        go(specs)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
     gc.freeze()
     try:
         mine = gc.get_freeze_count()
-        run_fleet([specs], cluster, OPTS)
+        go(specs)
         # Not unfrozen (0) and nothing more frozen; a frozen object that the run lets go of (a cache entry
         # evicted, which depends on what ran before in this process) is freed as usual, so fewer is fine.
         assert 0 < gc.get_freeze_count() <= mine
