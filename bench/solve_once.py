@@ -3,6 +3,7 @@ timed by part; prints one JSON line for bench/run.py. Usage: solve_once.py SPEC 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -16,6 +17,7 @@ from placer.pipeline import SolveOptions, run_solve
 
 
 def main() -> None:
+    gc.disable()  # as placer's CLI runs a command (placer.cli.run)
     spec, cluster, limit, record = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]), Path(sys.argv[4])
     try:
         result = run_solve(spec, cluster, SolveOptions(time_limit_s=limit))

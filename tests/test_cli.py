@@ -374,6 +374,13 @@ def test_run_exits_as_python_would(body: str, code: int, stderr: str) -> None:
     assert proc.stdout == ("kept" if "kept" in body else "")
 
 
+def test_the_command_runs_without_the_cycle_collector() -> None:
+    """run() turns Python's cycle collector off for the one-shot command (placer.cli.run says why)."""
+    script = "import gc, placer.cli as cli\ncli.main = lambda: print(gc.isenabled(), end='')\ncli.run()\n"
+    proc = subprocess.run([sys.executable, "-c", script], env=user_env(), capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "False", "")
+
+
 def test_the_installed_script_and_python_m_both_end_through_run() -> None:
     from importlib.metadata import entry_points
 
