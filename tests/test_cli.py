@@ -381,6 +381,20 @@ def test_the_command_runs_without_the_cycle_collector() -> None:
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "False", "")
 
 
+def test_run_gives_the_collector_back_before_it_ends(monkeypatch) -> None:
+    """Should the process go on after run() (here _end_process is the conftest's, which raises), its
+    collector is as it was."""
+    import gc
+
+    import placer.cli as cli
+
+    monkeypatch.setattr(cli, "main", lambda: None)
+    assert gc.isenabled()
+    with pytest.raises(AssertionError, match="ended the process with 0"):
+        cli.run()
+    assert gc.isenabled()
+
+
 def test_the_installed_script_and_python_m_both_end_through_run() -> None:
     from importlib.metadata import entry_points
 

@@ -501,6 +501,30 @@ def test_keep_refuses_two_running_instances_on_one_gpu(tmp_path):
 
 
 @pytest.mark.parametrize("runner", ["solve", "fleet"])
+def test_runs_in_one_process_leave_no_garbage_behind(tmp_path, runner):
+    """What a run froze is unfrozen into the oldest generation, where no collection would come for it soon,
+    and the next run would freeze it again: without one pass at the end, every run's garbage stayed."""
+    import gc
+
+    from placer.pipeline import run_solve
+
+    cluster = _cluster(tmp_path, {})
+    specs = _write_specs(tmp_path, [_spec_doc("a", 4, 1)])
+
+    def go():
+        if runner == "solve":
+            run_solve(specs, cluster, OPTS)
+        else:
+            run_fleet([specs], cluster, OPTS)
+
+    go()
+    one = gc.collect()  # what one run leaves to the caller
+    for _ in range(5):
+        go()
+    assert gc.collect() <= one + 20  # five more runs, and no more garbage than one run's
+
+
+@pytest.mark.parametrize("runner", ["solve", "fleet"])
 def test_a_run_gives_back_what_it_set_aside_from_the_collector(tmp_path, runner, monkeypatch):
     """run_solve and run_fleet pause the cycle collector while the inputs are built and freeze them
     (gc.freeze) so no collection walks them again; the run itself collects as usual (progress is reported

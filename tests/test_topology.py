@@ -8,11 +8,11 @@ import itertools
 import networkx as nx
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_solver_properties import cluster_document
 
 from placer.check.verify import steiner_figures
 from placer.model.cluster import ClusterSpec
 from placer.topology.build import build_topology
-from tests.test_solver_properties import cluster_document
 
 
 @st.composite

@@ -8,8 +8,8 @@ from placer.topology.graph import Topology
 
 
 def _walk_up(topo: Topology, node: int) -> dict[str, cost.PathFigures]:
-    """Ring figures from ``node``'s GPUs up to every domain above them, in one walk: the GPU -> home edge
-    carries the home's crossing figure, each hop up the parent's. One walk per node, kept per cluster, shared
+    """Ring figures from ``node``'s GPUs up to every domain above them, in one walk: a GPU's link into its
+    home carries the home's crossing figure, each hop up the parent's. One walk per node, kept per cluster, shared
     by unlike_anywhere (which walks every node) and the pricing, whose (node, domain) pairs are then lookups."""
     chains = topo.cached("figures", dict)
     chain = chains.get(node)
@@ -83,7 +83,7 @@ def domain_figures(topo: Topology, dom_id: str, nodes: list[int], memo: dict) ->
 
 
 def _unit_figures(topo: Topology, dom_id: str, node: int, memo: dict) -> cost.PathFigures:
-    """Ring figures for an instance inside one node or socket: the GPU edges, plus the node crossing when
+    """Ring figures for an instance inside one node or socket: the GPUs' own links, plus the node crossing when
     the node has socket domains (an instance at node level then spans sockets)."""
     dom = topo.domains[dom_id]
     if dom.level == "node" and dom.children:
