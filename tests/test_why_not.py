@@ -61,3 +61,34 @@ def test_a_broader_packing_level_is_offered_only_when_it_fits(tmp_path):
     assert done.returncode == 1
     assert "aggregated needs 2 groups of 4 GPUs, each inside one node; only 1 such group fits" in done.stderr
     assert "placement.required:" not in done.stderr
+
+
+def _two_pools_on_half_free_nodes(tmp_path, cpus: list[str]):
+    """Pools a and b, one TP4 instance each inside one node, on four 4-GPU nodes of one rack with 2 GPUs
+    free each (and these CPUs left): each rule fails on its own, and the rack holds 4 free GPUs for each."""
+    nodes = "".join(
+        f"  - {{name: n{i}, rack: r0, gpus: {{count: 4, product: H100, memoryGiB: 80}}, busy: [0, 1], cpu: '{cpu}'}}\n"
+        for i, cpu in enumerate(cpus)
+    )
+    pool = (
+        "{role: aggregated, instances: 1, tensorParallel: 4, placement: {required: node}, "
+        "template: {image: example.com/engine:1, resources: {requests: {cpu: '1', memory: 1Gi}}}}"
+    )
+    return _why_not(tmp_path, nodes, f"pools:\n  a: {pool}\n  b: {pool}\n")
+
+
+def test_several_broader_levels_are_offered_when_they_fit_together(tmp_path):
+    done = _two_pools_on_half_free_nodes(tmp_path, ["8", "8", "8", "8"])
+    assert done.returncode == 1
+    assert "allow pools.a.placement.required: rack" in done.stderr
+    assert "allow pools.b.placement.required: rack" in done.stderr
+
+
+def test_several_broader_levels_are_withdrawn_when_together_they_do_not_fit(tmp_path):
+    """Each pool alone fits in the rack (an instance there is two pods on two nodes), but only three nodes
+    have a CPU for a pod: both together need four. Each offer was counted alone, so both were made."""
+    done = _two_pools_on_half_free_nodes(tmp_path, ["1", "1", "1", "0"])
+    assert done.returncode == 1
+    assert "a needs 1 group of 4 GPUs, each inside one node" in done.stderr
+    assert "b needs 1 group of 4 GPUs, each inside one node" in done.stderr
+    assert "placement.required: rack" not in done.stderr

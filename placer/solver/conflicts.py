@@ -46,6 +46,8 @@ def explain_infeasible(problem: Problem, seconds: float = 20.0) -> list[Conflict
     found = single_rule_conflicts(problem) or deletion_filter(problem, budget)
     if len(found) == 1 and found[0].widen is not None:  # the only rule that fails: its relaxation must do
         found = [_widened(problem, found[0], budget)]
+    elif len(found) > 1 and all(c.widen is not None for c in found):  # every rule that fails has one
+        found = _widened_together(problem, found, budget)
     return [_fewer_replicas(problem, _with_relaxation(problem, c, budget), budget) for c in found]
 
 
@@ -66,6 +68,29 @@ def _widened(problem: Problem, c: Conflict, budget: Budget) -> Conflict:
             return replace(c, relax=c.relax.replace(_widen_text(name, offered), _widen_text(name, level)))
     rest = [part for part in c.relax.split("; or ") if part != _widen_text(name, offered)]
     return replace(c, relax="; or ".join(rest) or None, widen=None)
+
+
+def _widened_together(problem: Problem, found: list[Conflict], budget: Budget) -> list[Conflict]:
+    """Several pools' packing rules fail, each with a broader level that holds enough free GPUs for it
+    alone: the offers stand only if a feasibility check confirms them all at once (pools compete for the
+    same GPUs, CPU and memory), are withdrawn if it refutes them, and are left as counted when the budget
+    cannot tell. No level is searched per pool: with several, the combinations multiply."""
+    pools = dict(problem.spec.pools)
+    for c in found:
+        assert c.widen is not None
+        name, level = c.widen
+        pools[name] = pools[name].model_copy(
+            update={"placement": pools[name].placement.model_copy(update={"required": level})}
+        )
+    fits = _feasible(problem.spec.model_copy(update={"pools": pools}), problem, budget)
+    if fits is not False:
+        return found
+    out = []
+    for c in found:
+        assert c.widen is not None and c.relax is not None
+        rest = [part for part in c.relax.split("; or ") if part != _widen_text(*c.widen)]
+        out.append(replace(c, relax="; or ".join(rest) or None, widen=None))
+    return out
 
 
 def _widen_text(pool: str, level: str) -> str:
