@@ -166,68 +166,50 @@ def run_solve(
 ) -> SolveResult:
     """``target`` / ``nccl`` choose the manifests (emit.build_manifests; default: coscheduling);
     ``namespace`` replaces the spec's, so objects, the record and the spec annotation all carry it."""
-    from placer.emit.targets import DEFAULT_TARGET
-    from placer.emit.targets.versions import check_version
-
-    check_version(target or DEFAULT_TARGET, target_version)  # bad input before any work
-    with LongLived() as long_lived:
-        return _run_solve(
-            spec_path, cluster_path, options, progress, target, nccl, namespace, target_version, long_lived
-        )
-
-
-def _run_solve(
-    spec_path: Path,
-    cluster_path: Path,
-    options: SolveOptions,
-    progress: Callable[[str], None],
-    target: str | None,
-    nccl: bool | None,
-    namespace: str | None,
-    target_version: str | None,
-    long_lived: LongLived,
-) -> SolveResult:
     from placer.emit.manifests import build_manifests
     from placer.emit.targets import DEFAULT_TARGET
+    from placer.emit.targets.versions import check_version
     from placer.model.load import load_cluster, load_spec
     from placer.solver.solve import solve
 
-    times: dict[str, float] = {}
-    t = started = time.perf_counter()
-    spec = load_spec(spec_path)
-    if namespace is not None:
-        spec = in_namespace(spec, namespace)
-    cluster = load_cluster(cluster_path)
-    times["load"] = time.perf_counter() - t
-    topo, problem = build_inputs(spec_path, spec, cluster_path, cluster, times)
-    long_lived.keep()  # the cluster, the spec and the problem outlive the solve
-    free = sum(len(n.free_gpus) for n in topo.nodes)
-    progress(
-        f"cluster {topo.name}: {len(topo.nodes)} nodes, {free} free GPUs; solving {spec.metadata.name} "
-        f"({sum(p.instances for p in spec.pools.values())} instances x {spec.replicas} replica(s))..."
-    )
-    _count_out_replicas(problem, progress)
-    t = time.perf_counter()
-    placement = solve(problem, _wall_left(options, started))
-    times["solve"] = time.perf_counter() - t
-    t = time.perf_counter()
-    report = verify_placement(spec, topo, placement)
-    times["verify"] = time.perf_counter() - t
-    t = time.perf_counter()
-    manifests = named(
-        spec_path,
-        build_manifests,
-        spec,
-        topo,
-        placement,
-        report,
-        target=target or DEFAULT_TARGET,
-        nccl=nccl,
-        target_version=target_version,
-    )
-    times["emit"] = time.perf_counter() - t
-    placement.stats.seconds |= times
-    return SolveResult(spec, topo, placement, report, manifests, target or DEFAULT_TARGET)
+    check_version(target or DEFAULT_TARGET, target_version)  # bad input before any work
+    with LongLived() as long_lived:
+        times: dict[str, float] = {}
+        t = started = time.perf_counter()
+        spec = load_spec(spec_path)
+        if namespace is not None:
+            spec = in_namespace(spec, namespace)
+        cluster = load_cluster(cluster_path)
+        times["load"] = time.perf_counter() - t
+        topo, problem = build_inputs(spec_path, spec, cluster_path, cluster, times)
+        long_lived.keep()  # the cluster, the spec and the problem outlive the solve
+        free = sum(len(n.free_gpus) for n in topo.nodes)
+        progress(
+            f"cluster {topo.name}: {len(topo.nodes)} nodes, {free} free GPUs; solving {spec.metadata.name} "
+            f"({sum(p.instances for p in spec.pools.values())} instances x {spec.replicas} replica(s))..."
+        )
+        _count_out_replicas(problem, progress)
+        t = time.perf_counter()
+        placement = solve(problem, _wall_left(options, started))
+        times["solve"] = time.perf_counter() - t
+        t = time.perf_counter()
+        report = verify_placement(spec, topo, placement)
+        times["verify"] = time.perf_counter() - t
+        t = time.perf_counter()
+        manifests = named(
+            spec_path,
+            build_manifests,
+            spec,
+            topo,
+            placement,
+            report,
+            target=target or DEFAULT_TARGET,
+            nccl=nccl,
+            target_version=target_version,
+        )
+        times["emit"] = time.perf_counter() - t
+        placement.stats.seconds |= times
+        return SolveResult(spec, topo, placement, report, manifests, target or DEFAULT_TARGET)
 
 
 def named(source, build: Callable[..., list[dict]], *args, **kwargs) -> list[dict]:
