@@ -57,16 +57,19 @@ def _widened(problem: Problem, c: Conflict, budget: Budget) -> Conflict:
     offered when every one is refused, and left as counted when the budget cannot tell."""
     assert c.widen is not None and c.relax is not None
     name, offered = c.widen
-    pool = problem.spec.pools[name]
     for level in [offered, *_levels(problem, broader_than=offered)]:
-        placement = pool.placement.model_copy(update={"required": level})
-        pools = {**problem.spec.pools, name: pool.model_copy(update={"placement": placement})}
-        fits = _feasible(problem.spec.model_copy(update={"pools": pools}), problem, budget)
+        fits = _feasible(_required_at(problem.spec, {name: level}), problem, budget)
         if fits is None:
             return c
         if fits:
             return replace(c, relax=c.relax.replace(_widen_text(name, offered), _widen_text(name, level)))
-    rest = [part for part in c.relax.split("; or ") if part != _widen_text(name, offered)]
+    return _without_widen(c)
+
+
+def _without_widen(c: Conflict) -> Conflict:
+    """The conflict with its broader packing level no longer offered (a check refuted it)."""
+    assert c.widen is not None and c.relax is not None
+    rest = [part for part in c.relax.split("; or ") if part != _widen_text(*c.widen)]
     return replace(c, relax="; or ".join(rest) or None, widen=None)
 
 
@@ -75,22 +78,18 @@ def _widened_together(problem: Problem, found: list[Conflict], budget: Budget) -
     alone: the offers stand only if a feasibility check confirms them all at once (pools compete for the
     same GPUs, CPU and memory), are withdrawn if it refutes them, and are left as counted when the budget
     cannot tell. No level is searched per pool: with several, the combinations multiply."""
-    pools = dict(problem.spec.pools)
-    for c in found:
-        assert c.widen is not None
-        name, level = c.widen
-        pools[name] = pools[name].model_copy(
-            update={"placement": pools[name].placement.model_copy(update={"required": level})}
-        )
-    fits = _feasible(problem.spec.model_copy(update={"pools": pools}), problem, budget)
-    if fits is not False:
-        return found
-    out = []
-    for c in found:
-        assert c.widen is not None and c.relax is not None
-        rest = [part for part in c.relax.split("; or ") if part != _widen_text(*c.widen)]
-        out.append(replace(c, relax="; or ".join(rest) or None, widen=None))
-    return out
+    levels = dict(c.widen for c in found if c.widen is not None)
+    fits = _feasible(_required_at(problem.spec, levels), problem, budget)
+    return found if fits is not False else [_without_widen(c) for c in found]
+
+
+def _required_at(spec: ServingTopology, levels: dict[str, str]) -> ServingTopology:
+    """The spec with these pools' ``placement.required`` set to these levels."""
+    pools = dict(spec.pools)
+    for name, level in levels.items():
+        placement = pools[name].placement.model_copy(update={"required": level})
+        pools[name] = pools[name].model_copy(update={"placement": placement})
+    return spec.model_copy(update={"pools": pools})
 
 
 def _widen_text(pool: str, level: str) -> str:
