@@ -132,3 +132,29 @@ def test_an_error_found_after_loading_names_its_json_line(tmp_path: Path) -> Non
     assert done.returncode == 2
     assert f"{path}:{line}: nodes[3].busy: GPU index 9 is not a GPU" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_cluster_is_read_with_the_cycle_collector_paused(tmp_path, monkeypatch):
+    """Reading builds objects that outlive it (load_cluster says why the collector pauses): paused while the
+    text is parsed, as the caller had it afterwards, after an error too."""
+    import gc
+
+    import placer.model.load as load
+
+    seen: list[bool] = []
+    real = load.read_text
+    monkeypatch.setattr(load, "read_text", lambda p: (seen.append(gc.isenabled()), real(p))[1])
+    assert gc.isenabled()
+    assert load_cluster(FIXTURES[0]).nodes
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: placer.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nnodes: 3\n")
+    with pytest.raises(InputError):
+        load_cluster(bad)
+    assert gc.isenabled()
+    assert seen and not any(seen)
+    gc.disable()  # a caller that collects by hand is left so
+    try:
+        load_cluster(FIXTURES[0])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
