@@ -63,11 +63,14 @@ def test_a_broader_packing_level_is_offered_only_when_it_fits(tmp_path):
     assert "placement.required:" not in done.stderr
 
 
-def _two_pools_on_half_free_nodes(tmp_path, cpus: list[str]):
-    """Pools a and b, one TP4 instance each inside one node, on four 4-GPU nodes of one rack with 2 GPUs
-    free each (and these CPUs left): each rule fails on its own, and the rack holds 4 free GPUs for each."""
+def _two_pools_on_half_free_nodes(tmp_path, cpus: list[str], racks: list[int] | None = None):
+    """Pools a and b, one TP4 instance each inside one node, on 4-GPU nodes of one leaf with 2 GPUs free
+    each (these CPUs left; one rack unless given): each rule fails on its own, and a rack of two nodes
+    holds 4 free GPUs for each."""
+    racks = racks or [0] * len(cpus)
     nodes = "".join(
-        f"  - {{name: n{i}, rack: r0, gpus: {{count: 4, product: H100, memoryGiB: 80}}, busy: [0, 1], cpu: '{cpu}'}}\n"
+        f"  - {{name: n{i}, rack: r{racks[i]}, leaf: l0, gpus: {{count: 4, product: H100, memoryGiB: 80}}, "
+        f"busy: [0, 1], cpu: '{cpu}'}}\n"
         for i, cpu in enumerate(cpus)
     )
     pool = (
@@ -91,4 +94,15 @@ def test_several_broader_levels_are_withdrawn_when_together_they_do_not_fit(tmp_
     assert done.returncode == 1
     assert "a needs 1 group of 4 GPUs, each inside one node" in done.stderr
     assert "b needs 1 group of 4 GPUs, each inside one node" in done.stderr
-    assert "placement.required: rack" not in done.stderr
+    assert "placement.required:" not in done.stderr  # no broader level helps: the cluster is one rack
+    assert done.stderr.count("Relax: free 2 more GPUs in node/n0") == 2  # what else each was offered stays
+
+
+def test_several_broader_levels_are_lifted_together_until_they_fit(tmp_path):
+    """A review found the offers withdrawn where a broader level for both fits: in racks of two nodes, only
+    r0 has a CPU on both (one pool's instance), but the leaf holds both pools' instances."""
+    done = _two_pools_on_half_free_nodes(tmp_path, ["1", "1", "1", "0", "1", "0"], racks=[0, 0, 1, 1, 2, 2])
+    assert done.returncode == 1
+    assert "allow pools.a.placement.required: leaf" in done.stderr
+    assert "allow pools.b.placement.required: leaf" in done.stderr
+    assert "required: rack" not in done.stderr

@@ -44,26 +44,9 @@ def explain_infeasible(problem: Problem, seconds: float = 20.0) -> list[Conflict
     # solving (at 10k GPUs one feasibility solve can take seconds), and the same input names the same rules.
     budget = Budget(seconds, WALL_FACTOR * seconds + WALL_SLACK_S)
     found = single_rule_conflicts(problem) or deletion_filter(problem, budget)
-    if len(found) == 1 and found[0].widen is not None:  # the only rule that fails: its relaxation must do
-        found = [_widened(problem, found[0], budget)]
-    elif len(found) > 1 and all(c.widen is not None for c in found):  # every rule that fails has one
-        found = _widened_together(problem, found, budget)
+    if found and all(c.widen is not None for c in found):  # every rule that fails offers a broader level
+        found = _widened(problem, found, budget)
     return [_fewer_replicas(problem, _with_relaxation(problem, c, budget), budget) for c in found]
-
-
-def _widened(problem: Problem, c: Conflict, budget: Budget) -> Conflict:
-    """A packing level offered because enough free GPUs lie at it (a count that ignores the pods' CPU and
-    memory and the other rules), confirmed by a feasibility check, else the next broader one that is; none
-    offered when every one is refused, and left as counted when the budget cannot tell."""
-    assert c.widen is not None and c.relax is not None
-    name, offered = c.widen
-    for level in [offered, *_levels(problem, broader_than=offered)]:
-        fits = _feasible(_required_at(problem.spec, {name: level}), problem, budget)
-        if fits is None:
-            return c
-        if fits:
-            return replace(c, relax=c.relax.replace(_widen_text(name, offered), _widen_text(name, level)))
-    return _without_widen(c)
 
 
 def _without_widen(c: Conflict) -> Conflict:
@@ -73,14 +56,33 @@ def _without_widen(c: Conflict) -> Conflict:
     return replace(c, relax="; or ".join(rest) or None, widen=None)
 
 
-def _widened_together(problem: Problem, found: list[Conflict], budget: Budget) -> list[Conflict]:
-    """Several pools' packing rules fail, each with a broader level that holds enough free GPUs for it
-    alone: the offers stand only if a feasibility check confirms them all at once (pools compete for the
-    same GPUs, CPU and memory), are withdrawn if it refutes them, and are left as counted when the budget
-    cannot tell. No level is searched per pool: with several, the combinations multiply."""
-    levels = dict(c.widen for c in found if c.widen is not None)
-    fits = _feasible(_required_at(problem.spec, levels), problem, budget)
-    return found if fits is not False else [_without_widen(c) for c in found]
+def _widened(problem: Problem, found: list[Conflict], budget: Budget) -> list[Conflict]:
+    """The pools whose packing rules fail, each offered a broader level because enough free GPUs lie there
+    for it alone (a count that ignores the pods' CPU and memory, the other rules and the other pools): the
+    offers stand only if a feasibility check confirms them all at once. Refuted, every pool is lifted to at
+    least the next broader level and checked again (one check a level, not a search per pool, whose
+    combinations multiply); withdrawn when none fits, left as counted when the budget cannot tell."""
+    offered = dict(c.widen for c in found if c.widen is not None)
+    lowest = min(offered.values(), key=LEVEL_RANK.__getitem__)
+    tried: list[dict[str, str]] = []
+    for floor in [lowest, *_levels(problem, broader_than=lowest)]:
+        levels = {name: max(lv, floor, key=LEVEL_RANK.__getitem__) for name, lv in offered.items()}
+        if levels in tried:
+            continue
+        tried.append(levels)
+        fits = _feasible(_required_at(problem.spec, levels), problem, budget)
+        if fits is None:
+            return found
+        if fits:
+            return [_widened_to(c, levels[c.widen[0]]) for c in found if c.widen is not None]
+    return [_without_widen(c) for c in found]
+
+
+def _widened_to(c: Conflict, level: str) -> Conflict:
+    """The conflict offering ``level`` for its pool instead of the level counted."""
+    assert c.widen is not None and c.relax is not None
+    name, offered = c.widen
+    return replace(c, relax=c.relax.replace(_widen_text(name, offered), _widen_text(name, level)))
 
 
 def _required_at(spec: ServingTopology, levels: dict[str, str]) -> ServingTopology:
