@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import gc
 import json
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -131,17 +128,3 @@ def split_assignment(value: str, what: str) -> tuple[str, str]:
     if not pattern or not file:
         raise InputError(f"{what} {value!r}: expected PATTERN=FILE (e.g. 'node-*=topo.txt') or FILE")
     return pattern, file
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """The import builds millions of small objects that live to the end; Python's cyclic collector would
-    rescan them again and again (a third of a 30k-node import). Inputs are bounded (64 MiB), so pausing it
-    for the import bounds the garbage too."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()

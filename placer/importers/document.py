@@ -16,12 +16,13 @@ from typing import Any
 import yaml
 
 from placer.importers import hardware as hw
-from placer.importers.common import Note, collector_paused, natural_key
+from placer.importers.common import Note, natural_key
 from placer.importers.domains import final_domains
 from placer.importers.k8s_nodes import ALWAYS, AUTO_ORDER, PRESETS
 from placer.importers.ledger import DEFAULT, Draft, Ledger
 from placer.importers.nccl_tests import NcclTestRun
 from placer.model import API_VERSION
+from placer.model.load import collector_paused
 from placer.model.yaml_text import add_yaml12_numbers
 from placer.topology.cost import NETWORK_LEVELS
 from placer.topology.graph import Topology

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from placer.importers.aws_topology import parse_instance_topology
-from placer.importers.common import Note, collector_paused, read_source, split_assignment
+from placer.importers.common import Note, read_source, split_assignment
 from placer.importers.document import build_document, fabric_from_hardware, nccl_overrides
 from placer.importers.domains import check_nesting
 from placer.importers.k8s_nodes import label_scheme, parse_nodes
@@ -37,6 +37,7 @@ from placer.importers.telemetry import (
 from placer.importers.topo_matrix import parse_topo_matrix
 from placer.model.cluster import ClusterSpec
 from placer.model.errors import InputError
+from placer.model.load import collector_paused
 from placer.topology.build import build_topology
 from placer.topology.graph import Topology
 
