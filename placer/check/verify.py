@@ -74,10 +74,9 @@ def steiner_figures(topo: Topology, gpus: list[tuple[int, int]]) -> cost.PathFig
         below = home
         while below != top and below not in seen:
             seen.add(below)
-            above = topo.domains[below].parent
-            e = topo.graph.edges[below, above]
-            bw, lat = min(bw, e["bandwidth_gbps"]), max(lat, e["latency_us"])
-            below = above  # type: ignore[assignment]
+            dom = topo.domains[below]
+            bw, lat = min(bw, dom.up[0]), max(lat, dom.up[1])
+            below = dom.parent  # type: ignore[assignment]
     return cost.PathFigures(bw, lat, topo.domains[top].level)
 
 
@@ -107,10 +106,10 @@ def stage_figures(
     for n in nodes:
         below = topo.node_domain[n]
         while below != top:
-            above = topo.domains[below].parent
-            assert above is not None
-            network = min(network, topo.graph.edges[below, above]["bandwidth_gbps"])
-            below = above
+            dom = topo.domains[below]
+            assert dom.parent is not None
+            network = min(network, dom.up[0])
+            below = dom.parent
     inner = min(steiner_figures(topo, [(n, g.index) for g in topo.nodes[n].gpus]).bandwidth_gbps for n in nodes)
     return cost.ring_over_rails(fig, lanes, network, inner)
 

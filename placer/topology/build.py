@@ -3,10 +3,11 @@
 Phase 1 resolves node classes into plain ``Node`` records (GPUs, busy set, CPU/memory left, telemetry).
 Phase 2 builds the domain tree socket -> node -> nvlink-domain -> rack -> leaf -> spine; a domain with a
 single child holds the same GPUs as that child and is merged away, so every domain left either is a node
-(or socket) or has at least two children. Phase 3 builds the link graph with networkx: every domain is a
-switch vertex and each edge child -> parent carries the figures of crossing that parent; a GPU's own link
-into its home (socket or node) carries the home's crossing figures. The effective bandwidth between two GPUs
-is the bottleneck (and the latency the largest) along the path between them.
+(or socket) or has at least two children. Phase 3 gives the link graph its figures: every domain is a
+switch vertex and each link child -> parent (``Domain.up``) carries the figures of crossing that parent; a
+GPU's own link into its home (socket or node) carries the home's crossing figures. The effective bandwidth
+between two GPUs is the bottleneck (and the latency the largest) along the path between them.
+``Topology.graph`` gives the same graph as networkx, for analysis; nothing on the solve path needs it.
 
 Domain ids follow Kueue's habit of readable ids: ``<level>/<name>``, e.g. ``rack/r07``, ``node/dgx-001``.
 """
@@ -15,8 +16,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace
-
-import networkx as nx
 
 from placer.model import k8s
 from placer.model.cluster import ClusterSpec, GpuGroup, GpuSpec, Link, NodeClass, NodeSpec, Override
@@ -169,7 +168,7 @@ def _level_link(spec: ClusterSpec, level: str, node: Node | None) -> tuple[float
 
 
 def build_topology(spec: ClusterSpec) -> Topology:
-    """Resolve nodes, build and compress the domain tree, and build the link graph."""
+    """Resolve nodes, build and compress the domain tree, and give the links their figures."""
     nodes = _nodes_with_hits(spec, [_resolve_node(spec, i, n) for i, n in enumerate(spec.nodes)])
     raw: dict[str, Domain] = {"spine/cluster": Domain("spine/cluster", "spine")}
     # Phase 2a: the full tree, every level present; missing levels become single-child domains.
@@ -206,7 +205,7 @@ def build_topology(spec: ClusterSpec) -> Topology:
     root = next(d.id for d in domains.values() if d.parent is None)
     _fill_nodes(domains, root)
     crossing = _crossing_figures(spec, domains, nodes)
-    graph = _link_graph(domains, crossing)
+    _link_up(domains, crossing)
     order = {d: i for i, d in enumerate(_preorder(domains, root))}
     for d in domains.values():
         d.children.sort(key=order.__getitem__)
@@ -216,7 +215,6 @@ def build_topology(spec: ClusterSpec) -> Topology:
         domains=domains,
         root=root,
         node_domain=node_domain,
-        graph=graph,
         network_kind=spec.fabric.network.kind,
         rail_gbps=spec.fabric.network.rail_gbps,
         rails_per_node=spec.fabric.network.rails_per_node,
@@ -297,19 +295,10 @@ def _crossing_figures(
     return out
 
 
-def _link_graph(domains: dict[str, Domain], crossing: dict[str, tuple[float, float]]) -> nx.Graph:
-    """Every edge child -> parent carries the figures of crossing the parent. A tree, so the path between two
-    GPUs is unique and its bottleneck is their effective bandwidth. GPUs are not vertices: a GPU's link into
-    its home (socket or node) carries the home's own crossing figures, so 100k GPU vertices would add 80 % of
-    a 100k-GPU cluster's graph (and a second of building it) and nothing the home does not say."""
-    graph = nx.Graph()
-    graph.add_nodes_from((dom.id, {"level": dom.level}) for dom in domains.values())
+def _link_up(domains: dict[str, Domain], crossing: dict[str, tuple[float, float]]) -> None:
+    """Every link child -> parent carries the figures of crossing the parent (``Domain.up``). A tree, so the
+    path between two GPUs is unique and its bottleneck is their effective bandwidth; ``Topology.graph`` is
+    the same tree as a networkx graph, built when asked for."""
     for dom in domains.values():
         if dom.parent is not None:
             dom.up = crossing[dom.parent]
-    graph.add_edges_from(
-        (dom.id, dom.parent, {"bandwidth_gbps": dom.up[0], "latency_us": dom.up[1]})
-        for dom in domains.values()
-        if dom.parent is not None
-    )
-    return graph

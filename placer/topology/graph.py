@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from placer.model.levels import LEVEL_RANK
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,6 @@ class Topology:
     domains: dict[str, Domain]
     root: str
     node_domain: list[str]  # node index -> id of its node domain
-    graph: nx.Graph
     network_kind: str
     rail_gbps: float
     rails_per_node: int
@@ -107,6 +108,14 @@ class Topology:
         if found is None:
             found = self.static[key] = make()
         return found
+
+    @property
+    def graph(self) -> nx.Graph:
+        """The link graph as networkx: every domain a vertex (``level``), every link child -> parent an edge
+        with its ``bandwidth_gbps`` and ``latency_us`` (``Domain.up``). Built on first use and shared by every
+        state: the solver and checker walk ``Domain.up`` themselves, and importing networkx alone costs a
+        small solve's process 0.17 s (bench/NOTES.md)."""
+        return self.cached("link-graph", lambda: _link_graph(self.domains))
 
     @property
     def node_ranks(self) -> list[int]:
@@ -225,3 +234,16 @@ class Topology:
         paths = [self.ancestors(d) for d in domain_ids]
         common = set(paths[0]).intersection(*map(set, paths[1:]))
         return next(d for d in paths[0] if d in common)
+
+
+def _link_graph(domains: Mapping[str, Domain]) -> nx.Graph:
+    import networkx as nx
+
+    graph = nx.Graph()
+    graph.add_nodes_from((dom.id, {"level": dom.level}) for dom in domains.values())
+    graph.add_edges_from(
+        (dom.id, dom.parent, {"bandwidth_gbps": dom.up[0], "latency_us": dom.up[1]})
+        for dom in domains.values()
+        if dom.parent is not None
+    )
+    return graph
