@@ -381,6 +381,48 @@ def test_the_command_runs_without_the_cycle_collector() -> None:
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "False", "")
 
 
+def test_a_solve_loads_neither_pandas_nor_networkx() -> None:
+    """The command's process solves, checks and prints without importing pandas (OR-Tools imports it for
+    helpers placer never calls: placer.cli.deferred) or networkx (Topology.graph is built on request only):
+    together ~0.45 s of a 1,024-GPU solve's ~1.2 s process (bench/NOTES.md). The manifests are the same."""
+    script = (
+        "import sys, placer.cli as cli\n"
+        "def main():\n"
+        "    try:\n"
+        "        real()\n"
+        "    finally:\n"
+        "        print(sorted(m for m in ('pandas', 'networkx') if type(sys.modules.get(m)).__name__ == 'module'),"
+        " file=sys.stderr)\n"
+        "real, cli.main = cli.main, main\n"
+        "cli.run()\n"
+    )
+    args = ["solve", str(SPECS / "llama-70b-disagg.yaml"), str(CLUSTERS / "dgx-h100-1024.yaml"), "-q"]
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args], env=user_env(), capture_output=True, text=True, timeout=120
+    )
+    assert (proc.returncode, proc.stderr) == (0, "[]\n")
+    assert proc.stdout == run(*args).stdout  # the same bytes as the installed script prints
+
+
+def test_the_pandas_stand_in_hands_over_the_real_module() -> None:
+    """Code that does use pandas in the command's process gets the real one: through the stand-in that
+    OR-Tools kept, and from a later import."""
+    script = (
+        "import sys\n"
+        "from placer.cli.deferred import defer_pandas\n"
+        "defer_pandas()\n"
+        "from ortools.sat.python import cp_model\n"
+        "assert type(sys.modules['pandas']).__name__ == '_DeferredPandas'\n"
+        "frame = cp_model.pd.DataFrame({'a': [1, 2]})\n"
+        "import pandas\n"
+        "assert type(sys.modules['pandas']).__name__ == 'module' and isinstance(frame, pandas.DataFrame)\n"
+        "import pandas.api.types\n"
+        "print(int(frame['a'].sum()), end='')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], env=user_env(), capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "3", "")
+
+
 def test_run_gives_the_collector_back_before_it_ends(monkeypatch) -> None:
     """Should the process go on after run() (here _end_process is the conftest's, which raises), its
     collector is as it was."""
@@ -389,6 +431,7 @@ def test_run_gives_the_collector_back_before_it_ends(monkeypatch) -> None:
     import placer.cli as cli
 
     monkeypatch.setattr(cli, "main", lambda: None)
+    monkeypatch.setattr(cli, "defer_pandas", lambda: None)  # the stand-in is for the command's own process
     assert gc.isenabled()
     with pytest.raises(AssertionError, match="ended the process with 0"):
         cli.run()

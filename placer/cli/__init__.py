@@ -16,6 +16,7 @@ import sys
 import typer
 
 from placer.cli import autoscale, cluster, explain, plan, schema, size, solve, validate
+from placer.cli.deferred import defer_pandas
 
 app = typer.Typer(
     name="placer",
@@ -93,7 +94,11 @@ def run() -> None:
     live object, a loaded cluster's millions included, to find a few MB of cyclic garbage (1-24 MB in the
     commands measured at 30k-100k GPUs) that the process would give back at its end anyway. ``placer
     validate`` on 100k GB200 GPUs: 8.1 -> 4.8 CPU s (bench/NOTES.md). In-process callers keep theirs (the
-    runners only set it aside while they build their inputs: ``pipeline.LongLived``)."""
+    runners only set it aside while they build their inputs: ``pipeline.LongLived``).
+
+    And pandas, which OR-Tools imports and placer never uses, is loaded only if something asks for it
+    (``placer.cli.deferred``): a quarter of a small solve's process."""
+    defer_pandas()
     collecting = gc.isenabled()
     gc.disable()
     try:
