@@ -10,10 +10,14 @@ import resource
 import sys
 from pathlib import Path
 
-from placer.emit.files import write_atomic
-from placer.emit.manifests import placement_text
-from placer.model.errors import InfeasibleError, PlacerError
-from placer.pipeline import SolveOptions, run_solve
+from placer.cli.deferred import defer_pandas
+
+defer_pandas()  # as placer's CLI process does (placer.cli.run), before anything imports ortools
+
+from placer.emit.files import write_atomic  # noqa: E402
+from placer.emit.manifests import placement_text  # noqa: E402
+from placer.model.errors import InfeasibleError, PlacerError  # noqa: E402
+from placer.pipeline import SolveOptions, run_solve  # noqa: E402
 
 
 def main() -> None:
