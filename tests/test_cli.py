@@ -404,19 +404,27 @@ def test_a_solve_loads_neither_pandas_nor_networkx() -> None:
     assert proc.stdout == run(*args).stdout  # the same bytes as the installed script prints
 
 
-def test_the_pandas_stand_in_hands_over_the_real_module() -> None:
-    """Code that does use pandas in the command's process gets the real one: through the stand-in that
-    OR-Tools kept, and from a later import."""
+@pytest.mark.parametrize("first", ["Series", "Index", "DataFrame"])
+def test_the_pandas_stand_in_hands_over_the_real_module(first: str) -> None:
+    """Code that does use pandas in the command's process gets the real one, whichever name it reads
+    first: through the stand-in that OR-Tools kept, from a later import, and inside cp_model's own pandas
+    helpers (whose isinstance checks read pandas.Index when called)."""
     script = (
         "import sys\n"
         "from placer.cli.deferred import defer_pandas\n"
         "defer_pandas()\n"
         "from ortools.sat.python import cp_model\n"
         "assert type(sys.modules['pandas']).__name__ == '_DeferredPandas'\n"
-        "frame = cp_model.pd.DataFrame({'a': [1, 2]})\n"
+        "import pandas as pd\n"
+        f"real = getattr(pd, {first!r})\n"
+        "assert type(sys.modules['pandas']).__name__ == 'module'\n"
         "import pandas\n"
-        "assert type(sys.modules['pandas']).__name__ == 'module' and isinstance(frame, pandas.DataFrame)\n"
+        "assert real is getattr(pandas, real.__name__) and pd.Series is pandas.Series\n"
+        "frame = cp_model.pd.DataFrame({'a': [1, 2]})\n"
         "import pandas.api.types\n"
+        "model = cp_model.CpModel()\n"
+        "flags = model.new_bool_var_series('b', pandas.Index(['x', 'y']))\n"
+        "assert isinstance(flags, pandas.Series) and len(flags) == 2\n"
         "print(int(frame['a'].sum()), end='')\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], env=user_env(), capture_output=True, text=True, timeout=60)

@@ -2,11 +2,12 @@
 
 OR-Tools' ``cp_model`` imports pandas at its top for the ``*_series`` helpers (variables indexed by a
 ``pandas.Index``), which placer never calls; the import is a quarter of a small solve's whole process
-(0.26 of ~1 s; bench/NOTES.md). The command's process (``placer.cli.run``, never a library caller's) puts a
-stand-in in ``sys.modules`` first: ``cp_model`` reads only ``pandas.Index`` and ``pandas.Series`` while it
-loads, and the stand-in gives it two classes nothing in placer makes. Any other name, or a submodule, loads
-the real pandas on the spot and hands that over, so code that does use pandas still gets it (and a later
-``import pandas`` gets the real module)."""
+(bench/NOTES.md, sixth session of 2026-11-28). The command's process (``placer.cli.run``, never a library
+caller's) puts a stand-in in ``sys.modules`` first. While ``cp_model`` loads, it reads only
+``pandas.Index`` and ``pandas.Series`` (for type aliases), and the stand-in gives it two empty classes;
+any other read, or those two names read by anyone at any other time (``cp_model``'s own helpers when
+called), loads the real pandas on the spot and hands its attribute over, as does a submodule import. The
+real module then replaces the stand-in in ``sys.modules``."""
 
 from __future__ import annotations
 
@@ -29,13 +30,26 @@ def defer_pandas() -> None:
 
 
 class _DeferredPandas(types.ModuleType):
-    class Index:
-        """What ``cp_model`` names in its type aliases; placer never builds an indexed variable set."""
+    @property
+    def Index(self):  # noqa: N802 (pandas' name)
+        return _Placeholder if _cp_model_loading() else self.__getattr__("Index")
 
-    class Series:
-        """As ``Index``."""
+    @property
+    def Series(self):  # noqa: N802
+        return _Placeholder if _cp_model_loading() else self.__getattr__("Series")
 
     def __getattr__(self, name: str):
         if sys.modules.get("pandas") is self:
             del sys.modules["pandas"]
         return getattr(importlib.import_module("pandas"), name)
+
+
+class _Placeholder:
+    """What ``cp_model``'s type aliases hold for pandas.Index / pandas.Series; nothing else sees it."""
+
+
+def _cp_model_loading() -> bool:
+    """Whether ``cp_model``'s module body is running: the import system marks a module's spec as
+    initialising until its body has run (Python 3.11, as placer requires)."""
+    module = sys.modules.get("ortools.sat.python.cp_model")
+    return module is not None and bool(getattr(module.__spec__, "_initializing", False))
