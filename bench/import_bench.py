@@ -145,7 +145,7 @@ def main() -> None:
         print(f"| {name} | {min(times):.3f} | {statistics.median(times):.3f} |")
     print(
         "\nThe import itself (in-process total) stays well under a second; a fresh process adds Python start-up and "
-        "the imports of pydantic, networkx and typer (the start-up row; the summary's rich tables are skipped with -q) "
+        "the imports of pydantic and typer (the start-up row; the summary's rich tables are skipped with -q) "
         "and the importer modules. Most of the import is reading the 22 MiB of JSON (managed fields and images "
         "included) and validating the result with the same models and topology build `placer solve` uses."
     )

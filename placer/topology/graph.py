@@ -114,7 +114,7 @@ class Topology:
         """The link graph as networkx: every domain a vertex (``level``), every link child -> parent an edge
         with its ``bandwidth_gbps`` and ``latency_us`` (``Domain.up``). Built on first use and shared by every
         state: the solver and checker walk ``Domain.up`` themselves, and importing networkx alone costs a
-        small solve's process 0.17 s (bench/NOTES.md)."""
+        small solve's process 0.17 s (bench/NOTES.md, sixth session of 2026-11-28)."""
         return self.cached("link-graph", lambda: _link_graph(self.domains))
 
     @property
