@@ -106,3 +106,61 @@ def test_several_broader_levels_are_lifted_together_until_they_fit(tmp_path):
     assert "allow pools.a.placement.required: leaf" in done.stderr
     assert "allow pools.b.placement.required: leaf" in done.stderr
     assert "required: rack" not in done.stderr
+
+
+def _floor_conflict(tmp_path):
+    """Prefill and decode of TP4 each, joined by 500 GB/s, on two 4-GPU nodes in two racks: only a node
+    offers that much and none holds both, so the floor conflicts; lowering it to what the racks' link
+    offers fits (a feasibility check confirms it)."""
+    from placer.model.load import load_cluster, load_specs
+    from placer.solver.problem import build_problem
+    from placer.topology.build import build_topology
+
+    nodes = "".join(
+        f"  - {{name: n{i}, rack: r{i}, gpus: {{count: 4, product: H100, memoryGiB: 80}}}}\n" for i in (0, 1)
+    )
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("apiVersion: placer.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nnodes:\n" + nodes)
+    pool = "{{role: {}, instances: 1, tensorParallel: 4, template: {{image: example.com/engine:1}}}}"
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "apiVersion: placer.dev/v1alpha1\nkind: ServingTopology\nmetadata: {name: t}\n"
+        + _MODEL
+        + f"pools:\n  p: {pool.format('prefill')}\n  d: {pool.format('decode')}\n"
+        + "transfer: {from: p, to: d, minBandwidthGBps: 500}\n"
+    )
+    [(loaded, _)] = load_specs(spec)
+    return build_problem(loaded, build_topology(load_cluster(cluster)))
+
+
+def test_an_explanation_the_clock_ends_says_out_of_time_and_marks_the_run(tmp_path):
+    """A determinism audit found that under load the explanation's own wall-clock guard left its checks
+    undecided and the text then claimed "no milder value fits on its own"; it also ignored the run's
+    guard and charged nothing to the run's budget. The run's budget is its parent now: its work is charged
+    there, its clock ends the explanation, and an undecided check is said as out of time."""
+    from placer.solver.conflicts import explain_infeasible
+    from placer.solver.options import Budget
+
+    problem = _floor_conflict(tmp_path)
+    roomy = Budget(100.0, 100.0)
+    [fits] = explain_infeasible(problem, seconds=5.0, within=roomy)
+    assert fits.relax is not None and fits.relax.startswith("lower transfer.minBandwidthGBps to ")
+    assert roomy.work_left < 100.0 and not roomy.clock_cut  # its checks were charged to the run
+    no_wall = Budget(100.0, 0.0)  # the run's wall-clock guard has already passed
+    [cut] = explain_infeasible(problem, seconds=5.0, within=no_wall)
+    assert cut.rule == fits.rule
+    assert cut.relax is not None and cut.relax.endswith("(out of time to verify a milder value)")
+    assert no_wall.clock_cut
+
+
+def test_an_infeasible_solve_notes_when_the_clock_ended_its_explanation(tmp_path):
+    """The solve's error carries the clock note, as reasons (printed on exit 1) and as notes (explain
+    --why-not -o json's `notes`), when the run's guard ended the explanation; none when it did not."""
+    from placer.solver.options import CLOCK_NOTE, Budget
+    from placer.solver.solve import _infeasible
+
+    problem = _floor_conflict(tmp_path)
+    cut = _infeasible(problem, True, 5.0, Budget(100.0, 0.0))
+    assert cut.notes == [CLOCK_NOTE] and cut.reasons[-1] == CLOCK_NOTE
+    whole = _infeasible(problem, True, 5.0, Budget(100.0, 100.0))
+    assert whole.notes == [] and CLOCK_NOTE not in whole.reasons and len(whole.conflicts) == len(cut.conflicts)

@@ -173,10 +173,14 @@ def _why_not(spec_path: Path, cluster_path: Path, output, svg: Path | None, base
             if not conflicts:
                 conflicts = [{"rule": "", "message": r, "relax": None} for r in exc.reasons]
             doc = {"apiVersion": "placer.dev/v1alpha1", "kind": "WhyNot", "fits": False, "message": str(exc)}
+            if exc.notes:  # the answer depends on the machine (the wall-clock guard ended a check)
+                doc["notes"] = exc.notes
             sys.stdout.write(json.dumps(doc | {"conflicts": conflicts}, indent=2, sort_keys=True) + "\n")
             raise typer.Exit(1) from None
         from placer.explain.view import render_conflicts
 
-        _console(output).print(render_conflicts(str(exc), exc.conflicts or exc.reasons))
+        _console(output).print(
+            render_conflicts(str(exc), [*exc.conflicts, *exc.notes] if exc.conflicts else exc.reasons)
+        )
         raise typer.Exit(1) from None
     _show(result.spec, result.topology, result.placement, output, svg, baselines)

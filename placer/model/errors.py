@@ -27,12 +27,18 @@ class InfeasibleError(PlacerError):
     exit_code = 1
 
     def __init__(
-        self, message: str, reasons: list[str] | None = None, conflicts: list | None = None, proven: bool = True
+        self,
+        message: str,
+        reasons: list[str] | None = None,
+        conflicts: list | None = None,
+        proven: bool = True,
+        notes: list[str] | None = None,
     ):
         super().__init__(message)
         self.reasons = reasons or []
         self.conflicts = conflicts or []  # placer.solver.conflicts.Conflict, for explain --why-not
         self.proven = proven  # False: nothing found within the time limit, impossibility not shown
+        self.notes = notes or []  # what the reasons depend on beyond the input (the wall-clock guard ended them)
 
 
 class VerificationError(PlacerError):

@@ -38,11 +38,13 @@ class Conflict:
         return self.message + (f" Relax: {self.relax}" if self.relax else "")
 
 
-def explain_infeasible(problem: Problem, seconds: float = 20.0) -> list[Conflict]:
-    """Phase 1, else phase 2; then a verified relaxation for every relaxable rule in the answer."""
+def explain_infeasible(problem: Problem, seconds: float = 20.0, within: Budget | None = None) -> list[Conflict]:
+    """Phase 1, else phase 2; then a verified relaxation for every relaxable rule in the answer.
+    ``within``: the run's budget, which the explanation's work is charged to and whose wall-clock guard
+    (``--wall-limit``, from the start of the run) ends it too; a clock that ends it is marked there."""
     # A work budget (deterministic seconds), like the search's: explaining must not take longer than
     # solving (at 10k GPUs one feasibility solve can take seconds), and the same input names the same rules.
-    budget = Budget(seconds, WALL_FACTOR * seconds + WALL_SLACK_S)
+    budget = Budget(seconds, WALL_FACTOR * seconds + WALL_SLACK_S, parent=within)
     found = single_rule_conflicts(problem) or deletion_filter(problem, budget)
     if found and all(c.widen is not None for c in found):  # every rule that fails offers a broader level
         found = _widened(problem, found, budget)
@@ -699,7 +701,8 @@ def _relaxation(problem: Problem, rule: str, budget: Budget) -> str | None:
 
     def otherwise(text: str) -> str:
         """When no milder value was confirmed: say so, and why (none fits on its own, or out of time)."""
-        why = "out of time to verify a milder value" if budget.work_left < 0.2 else "no milder value fits on its own"
+        out = budget.work_left < 0.2 or budget.clock_cut  # a check left undecided never counts as "none fits"
+        why = "out of time to verify a milder value" if out else "no milder value fits on its own"
         return f"{text} ({why})"
 
     if rule == "transfer floor":

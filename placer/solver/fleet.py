@@ -173,7 +173,7 @@ def solve_fleet(
     for i, (d, why, at) in enumerate(failed):
         seconds = min(EXPLAIN_S, max(0.2, budget.work_left / (len(failed) - i)))
         holders = [p for p in placed if p.deployment.priority >= d.priority]
-        unplaced.append(Unplaced(d, _reasons(d, at, why, holders, topology, seconds), why.proven))
+        unplaced.append(Unplaced(d, _reasons(d, at, why, holders, topology, seconds, budget), why.proven))
     if budget.clock_cut:
         notes.append(CLOCK_NOTE)
     first = placed[0] if placed else None
@@ -382,10 +382,17 @@ def _problem(d: Deployment, state: Topology) -> Problem:
 
 
 def _reasons(
-    d: Deployment, state: Topology, exc: InfeasibleError, holders: list[Placed], topology: Topology, seconds: float
+    d: Deployment,
+    state: Topology,
+    exc: InfeasibleError,
+    holders: list[Placed],
+    topology: Topology,
+    seconds: float,
+    within: Budget,
 ) -> list[str]:
     """Why a deployment was left out: the rules that cannot all hold on what is free once the deployments
-    of its priority or higher hold their GPUs (placer.solver.conflicts, within ``seconds``), and what those hold."""
+    of its priority or higher hold their GPUs (placer.solver.conflicts, with ``seconds`` of work charged to
+    the batch's budget ``within``, under its wall-clock guard), and what those hold."""
     from placer.solver.conflicts import explain_infeasible
 
     if not exc.proven:
@@ -397,7 +404,7 @@ def _reasons(
     if d.kept is not None and "cannot be kept" in str(exc):
         reasons = [str(exc)]
     else:
-        reasons = [str(c) for c in explain_infeasible(problem, seconds=seconds)]
+        reasons = [str(c) for c in explain_infeasible(problem, seconds=seconds, within=within)]
         if d.kept is not None:
             n = len(d.kept.instances)
             asked = d.spec.replicas_floor * sum(p.instances for p in d.spec.pools.values())
