@@ -431,6 +431,27 @@ def test_the_pandas_stand_in_hands_over_the_real_module(first: str) -> None:
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "3", "")
 
 
+def test_stdout_is_utf8_whatever_the_locale(tmp_path) -> None:
+    """A determinism audit found `explain -o text` (its table says "µs") ending in exit 3 with a
+    UnicodeEncodeError where stdout's locale encoding is ASCII or Latin-1. The process writes UTF-8: the
+    same bytes under any encoding the environment asks for."""
+    record = tmp_path / "placed.yaml"
+    cluster = CLUSTERS / "dgx-h100-1024.yaml"
+    assert run("solve", SPECS / "llama-70b-disagg.yaml", cluster, "--placement", record, "-q").returncode == 0
+    outputs = {}
+    for encoding in ("utf-8", "ascii", "latin-1"):
+        proc = subprocess.run(
+            [*placer_cmd(), "explain", str(record), str(cluster), "-o", "text"],
+            env=user_env() | {"PYTHONIOENCODING": encoding},
+            capture_output=True,
+            timeout=120,
+        )
+        assert (proc.returncode, proc.stderr) == (0, b""), encoding
+        outputs[encoding] = proc.stdout
+    assert "µs" in outputs["utf-8"].decode("utf-8")
+    assert outputs["ascii"] == outputs["utf-8"] == outputs["latin-1"]
+
+
 def test_run_gives_the_collector_back_before_it_ends(monkeypatch) -> None:
     """Should the process go on after run() (here _end_process is the conftest's, which raises), its
     collector is as it was."""

@@ -97,8 +97,12 @@ def run() -> None:
     runners only set it aside while they build their inputs: ``pipeline.LongLived``).
 
     And pandas, which OR-Tools imports and placer never uses, is loaded only if something asks for it
-    (``placer.cli.deferred``): a quarter of a small solve's process."""
+    (``placer.cli.deferred``): a quarter of a small solve's process.
+
+    stdout is UTF-8 whatever the locale says: manifests and JSON are UTF-8 by their formats, the same input
+    gives the same bytes under any ``LANG``, and a table with "µs" no longer fails on an ASCII locale."""
     defer_pandas()
+    _utf8_stdout()
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -125,6 +129,14 @@ def run() -> None:
     if collecting:  # as it was, should the process go on (a test making _end_process raise)
         gc.enable()
     _end_process(code)
+
+
+def _utf8_stdout() -> None:
+    stream = sys.stdout
+    encoding = (getattr(stream, "encoding", None) or "").lower().replace("_", "-")
+    if encoding not in ("utf-8", "utf8") and hasattr(stream, "reconfigure"):
+        with contextlib.suppress(OSError, ValueError):
+            stream.reconfigure(encoding="utf-8")
 
 
 _end_process = os._exit  # one name, so tests can make it raise in their own process (tests/conftest.py)
