@@ -415,7 +415,10 @@ def _run_fleet(
         notes.append("the solver's figures differ from the checker's for some placement: no lower bound claimed")
     by_key = {p.deployment.key: (p, r) for p, r in zip(result.placed, reports, strict=True)}
     built: dict[str, list[dict]] = {}
-    for d in deployments:
+    # By namespace/name, not as given: `placer solve specs/*.yaml` gets its files in the shell's collation
+    # order, which follows the locale, and the same specs must print the same bytes (the record is in
+    # placement order, which does not depend on how the specs were given either).
+    for d in sorted(deployments, key=lambda d: (d.spec.metadata.namespace, d.spec.metadata.name)):
         if d.key in by_key:
             p, report = by_key[d.key]
             built[d.key] = named(
@@ -424,6 +427,14 @@ def _run_fleet(
     notes += _grove_refusals(running, built, targets, base)
     manifests = [doc for docs in built.values() for doc in docs]
     return FleetSolveResult(result, base, reports, without_repeats(manifests), notes, targets)
+
+
+def _clock_notes(*results) -> list[str]:
+    """The clock note, once, when the wall-clock guard ended anything in these batch solves (their reasons
+    included): what was said then depends on the machine."""
+    from placer.solver.options import CLOCK_NOTE
+
+    return [CLOCK_NOTE] if any(CLOCK_NOTE in r.notes for r in results) else []
 
 
 def run_plan(running, pending, topo: Topology, options: SolveOptions, cut: float | None = None, scoped: bool = True):
@@ -668,10 +679,12 @@ def run_autoscale(
         moved = solve_fleet([Deployment(after_spec, str(spec_path), None)], keep.topology, _wall_left(options, started))
         hint = ["--allow-moves lets running instances of this deployment move to make room"]
         reasons = [*result.unplaced[0].reasons, *hint] if moved.placed else moved.unplaced[0].reasons
-        raise InfeasibleError(f"{key}: the {decision.action} of {decision.scope} cannot be placed", reasons)
+        clock = _clock_notes(result, moved)
+        raise InfeasibleError(f"{key}: the {decision.action} of {decision.scope} cannot be placed", reasons + clock)
     if result.unplaced:
         raise InfeasibleError(
-            f"{key}: the {decision.action} of {decision.scope} cannot be placed", result.unplaced[0].reasons
+            f"{key}: the {decision.action} of {decision.scope} cannot be placed",
+            result.unplaced[0].reasons + _clock_notes(result),
         )
     placement = result.placed[0].placement
     report = verify_fleet(keep.topology, [(after_spec, placement)])[0]

@@ -41,3 +41,19 @@ def test_a_cut_short_solve_gives_the_same_bytes_under_a_cpu_hog(tmp_path: Path) 
     assert busy.stdout == idle.stdout
     # Not vacuous: a smaller budget stops the same search elsewhere and prints another placement.
     assert _solve(cluster, "0.8").stdout != idle.stdout
+
+
+def test_a_batch_prints_the_same_bytes_however_its_specs_are_given() -> None:
+    """A determinism audit found the manifests of a batch in the order its spec files were given, so
+    `placer solve specs/*.yaml` printed other bytes where the shell's collation (the locale) orders the
+    files otherwise. They are printed by namespace/name now; the placement record was already canonical."""
+    from cli_in_process import run as run_in_process
+
+    specs = ROOT / "fixtures" / "specs"
+    names = ["tp16-multinode.yaml", "llama-70b-disagg.yaml", "aggregated-tp8.yaml"]
+    cluster = ROOT / "fixtures" / "clusters" / "dgx-h100-1024.yaml"
+    outs = [run_in_process("solve", *(specs / n for n in order), cluster, "-q") for order in (names, names[::-1])]
+    assert [p.returncode for p in outs] == [0, 0], outs[0].stderr
+    assert outs[0].stdout == outs[1].stdout
+    kinds_named = [line for line in outs[0].stdout.splitlines() if line.startswith("  name: ")]
+    assert len(set(kinds_named)) > 3  # several deployments' objects, not one

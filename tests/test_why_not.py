@@ -155,12 +155,46 @@ def test_an_explanation_the_clock_ends_says_out_of_time_and_marks_the_run(tmp_pa
 
 def test_an_infeasible_solve_notes_when_the_clock_ended_its_explanation(tmp_path):
     """The solve's error carries the clock note, as reasons (printed on exit 1) and as notes (explain
-    --why-not -o json's `notes`), when the run's guard ended the explanation; none when it did not."""
-    from placer.solver.options import CLOCK_NOTE, Budget
+    --why-not -o json's `notes`), when a guard ended the explanation. The explanation has a guard of its
+    own, unless --wall-limit was given: that bounds the whole run."""
+    from placer.solver.options import CLOCK_NOTE, Budget, SolveOptions
     from placer.solver.solve import _infeasible
 
     problem = _floor_conflict(tmp_path)
-    cut = _infeasible(problem, True, 5.0, Budget(100.0, 0.0))
+    cut = _infeasible(problem, True, SolveOptions(time_limit_s=5.0, wall_limit_s=1.0), Budget(100.0, 0.0))
     assert cut.notes == [CLOCK_NOTE] and cut.reasons[-1] == CLOCK_NOTE
-    whole = _infeasible(problem, True, 5.0, Budget(100.0, 100.0))
-    assert whole.notes == [] and CLOCK_NOTE not in whole.reasons and len(whole.conflicts) == len(cut.conflicts)
+    own = _infeasible(problem, True, SolveOptions(time_limit_s=5.0), Budget(100.0, 0.0))  # the default guard
+    assert own.notes == [] and CLOCK_NOTE not in own.reasons and len(own.conflicts) == len(cut.conflicts)
+    assert own.conflicts[0].relax.startswith("lower transfer.minBandwidthGBps to ")
+
+
+def test_rules_left_unchecked_are_not_called_a_minimal_conflict(tmp_path):
+    """A review found that with every check left undecided (the run's clock had passed) the deletion filter
+    kept every rule, a transfer floor that always holds among them, and still said "relaxing any one of
+    them makes a placement possible"; with no rule to keep it named nothing at all. Now it says the checks
+    ran out of time, and with a budget the floor is not named."""
+    from placer.model.load import load_cluster, load_specs
+    from placer.solver.conflicts import explain_infeasible
+    from placer.solver.options import Budget
+    from placer.solver.problem import build_problem
+    from placer.topology.build import build_topology
+
+    nodes = "".join(f"  - {{name: n{i}, rack: r0, gpus: {{count: 4, product: H100, memoryGiB: 80}}}}\n" for i in (0, 1))
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text("apiVersion: placer.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nnodes:\n" + nodes)
+    pool = "{{role: {}, instances: 1, tensorParallel: 2, template: {{image: example.com/engine:1}}}}"
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "apiVersion: placer.dev/v1alpha1\nkind: ServingTopology\nmetadata: {name: t}\n"
+        + _MODEL
+        + f"pools:\n  p: {pool.format('prefill')}\n  d: {pool.format('decode')}\n"
+        + "transfer: {from: p, to: d, minBandwidthGBps: 1}\nreplicas: 2\nspread: {level: rack}\n"
+    )
+    [(loaded, _)] = load_specs(spec)
+    problem = build_problem(loaded, build_topology(load_cluster(cluster)))
+    checked = explain_infeasible(problem, seconds=5.0, within=Budget(100.0, 100.0))
+    assert {c.rule for c in checked} >= {"spread.level"} and "transfer" not in {c.rule for c in checked}
+    unchecked = explain_infeasible(problem, seconds=5.0, within=Budget(100.0, 0.0))
+    said = " ".join(str(c) for c in unchecked)
+    assert unchecked and "ran out of time" in said
+    assert "relaxing any one of them makes a placement possible" not in said

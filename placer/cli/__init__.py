@@ -136,7 +136,7 @@ def _utf8_stdout() -> None:
     encoding = (getattr(stream, "encoding", None) or "").lower().replace("_", "-")
     if encoding not in ("utf-8", "utf8") and hasattr(stream, "reconfigure"):
         with contextlib.suppress(OSError, ValueError):
-            stream.reconfigure(encoding="utf-8")
+            stream.reconfigure(encoding="utf-8", errors=stream.errors)  # a handler the user chose stays
 
 
 _end_process = os._exit  # one name, so tests can make it raise in their own process (tests/conftest.py)

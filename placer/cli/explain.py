@@ -171,7 +171,7 @@ def _why_not(spec_path: Path, cluster_path: Path, output, svg: Path | None, base
         if output is ExplainFormat.json:
             conflicts = [{"rule": c.rule, "message": c.message, "relax": c.relax} for c in exc.conflicts]
             if not conflicts:
-                conflicts = [{"rule": "", "message": r, "relax": None} for r in exc.reasons]
+                conflicts = [{"rule": "", "message": r, "relax": None} for r in exc.reasons if r not in exc.notes]
             doc = {"apiVersion": "placer.dev/v1alpha1", "kind": "WhyNot", "fits": False, "message": str(exc)}
             if exc.notes:  # the answer depends on the machine (the wall-clock guard ended a check)
                 doc["notes"] = exc.notes

@@ -73,11 +73,18 @@ def _widened(problem: Problem, found: list[Conflict], budget: Budget) -> list[Co
             continue
         tried.append(levels)
         fits = _feasible(_required_at(problem.spec, levels), problem, budget)
-        if fits is None:
-            return found
+        if fits is None:  # the offers stay as counted, and say they are
+            return [_unconfirmed(c) if c.widen is not None else c for c in found]
         if fits:
             return [_widened_to(c, levels[c.widen[0]]) for c in found if c.widen is not None]
     return [_without_widen(c) for c in found]
+
+
+def _unconfirmed(c: Conflict) -> Conflict:
+    """The conflict's broader level offered as counted: the budget ended before a check confirmed it."""
+    assert c.widen is not None and c.relax is not None
+    text = _widen_text(*c.widen)
+    return replace(c, relax=c.relax.replace(text, f"{text} (counted; out of time to confirm it)"))
 
 
 def _widened_to(c: Conflict, level: str) -> Conflict:
@@ -582,6 +589,7 @@ def _feasible(spec: ServingTopology, problem: Problem, budget: Budget) -> bool |
     if len(found) >= relaxed.replicas and _checked(relaxed, found):
         return True
     pm = PlacementModel(relaxed)
+    budget.spend_build(pm.model)
     solver = cp_model.CpSolver()
     solver.parameters.max_deterministic_time = min(10.0, budget.work_left)
     solver.parameters.max_time_in_seconds = max(0.05, budget.wall_left())
@@ -630,7 +638,11 @@ def deletion_filter(problem: Problem, budget: Budget) -> list[Conflict]:
     everything_off = spec
     for rule in present:
         everything_off = _with(everything_off, rule, None)
-    if _feasible(everything_off, problem, budget) is False:
+    undecided = 0
+    everything = _feasible(everything_off, problem, budget)
+    if everything is None:
+        return [_UNDECIDED]
+    if everything is False:
         return [
             Conflict(
                 "pools",
@@ -646,16 +658,35 @@ def deletion_filter(problem: Problem, budget: Budget) -> list[Conflict]:
         for r in present:
             if r not in keep:
                 trial = _with(trial, r, None)
-        if _feasible(trial, problem, budget) is False:  # unknown (out of time) keeps the rule: safe
+        fits = _feasible(trial, problem, budget)
+        if fits is False:
             needed = keep
+        elif fits is None:  # unknown (out of time) keeps the rule: safe, but then not shown to be needed
+            undecided += 1
     out = [Conflict(_field(rule), _describe(problem, rule), None, rule) for rule in needed]
-    if len(out) > 1:
+    if undecided:
+        out.append(
+            Conflict(
+                "",
+                f"these rules cannot all hold together; {undecided} check(s) ran out of time, so some of them may "
+                "not be needed (raise --time-limit to narrow them down).",
+                None,
+            )
+        )
+    elif len(out) > 1:
         out.append(
             Conflict(
                 "", "these rules cannot all hold together; relaxing any one of them makes a placement possible.", None
             )
         )
     return out
+
+
+_UNDECIDED = Conflict(
+    "",
+    "the explanation ran out of time before a check could say which rules conflict (raise --time-limit).",
+    None,
+)
 
 
 def _field(rule: str) -> str:
@@ -696,13 +727,18 @@ def _relaxation(problem: Problem, rule: str, budget: Budget) -> str | None:
     """The mildest change to one rule that a feasibility check confirms makes the request feasible."""
     spec = problem.spec
 
+    undecided: list[str] = []  # checks that could not say (the budget or the clock ended them)
+
     def fits(changed: ServingTopology) -> bool:
-        return _feasible(changed, problem, budget) is True
+        found = _feasible(changed, problem, budget)
+        if found is None:
+            undecided.append(rule)
+        return found is True
 
     def otherwise(text: str) -> str:
-        """When no milder value was confirmed: say so, and why (none fits on its own, or out of time)."""
-        out = budget.work_left < 0.2 or budget.clock_cut  # a check left undecided never counts as "none fits"
-        why = "out of time to verify a milder value" if out else "no milder value fits on its own"
+        """When no milder value was confirmed: say so, and why (none fits on its own, or a check could not
+        tell: a check left undecided never counts as "none fits")."""
+        why = "out of time to verify a milder value" if undecided else "no milder value fits on its own"
         return f"{text} ({why})"
 
     if rule == "transfer floor":

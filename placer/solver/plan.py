@@ -107,8 +107,9 @@ def _why_not(
             batch.append(Deployment(spec, source))
     if batch:
         budget = replace(options, time_limit_s=min(options.time_limit_s, 10.0), wall_limit_s=None)  # a reason, briefly
-        left = solve_fleet(batch, base, budget).unplaced
-        reasons += [f"{u.deployment.key}: {r}" for u in left for r in u.reasons]
+        result = solve_fleet(batch, base, budget)
+        reasons += [f"{u.deployment.key}: {r}" for u in result.unplaced for r in u.reasons]
+        reasons += [n for n in result.notes if n == CLOCK_NOTE]  # what they say then depends on the machine
     if not reasons and pending:
         reasons.append(
             "each pending deployment fits on the cluster with every running instance gone, but not beside what "

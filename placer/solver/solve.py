@@ -20,7 +20,7 @@ from placer.solver.anchor import anchor_of, solve_by_anchor
 from placer.solver.anchor_bound import applies
 from placer.solver.decompose import solve_by_domain, split_of
 from placer.solver.greedy import GreedyReplica, greedy_counted
-from placer.solver.options import CLOCK_NOTE, Budget, Outcome, SolveOptions, Unplaceable
+from placer.solver.options import CLOCK_NOTE, WALL_FACTOR, WALL_SLACK_S, Budget, Outcome, SolveOptions, Unplaceable
 from placer.solver.problem import Problem
 from placer.solver.search import search
 
@@ -51,7 +51,7 @@ def solve(
         if not options.explain:
             what = "no placement satisfies every hard constraint" if exc.proven else "no placement found in time"
             raise InfeasibleError(what, proven=exc.proven) from None
-        raise _infeasible(problem, exc.proven, options.time_limit_s, budget) from None
+        raise _infeasible(problem, exc.proven, options, budget) from None
     notes = list(outcome.notes)
     n = len(outcome.replicas)
     wanted = max(problem.replicas, problem.spec.replicas)  # the spec's count, also when some were counted out
@@ -137,19 +137,21 @@ def _search(
     return replace(best, bound=bound, proven=best.proven or bound >= best.cost)
 
 
-def _infeasible(
-    problem: Problem, proven: bool, time_limit_s: float = 20.0, within: Budget | None = None
-) -> InfeasibleError:
-    """The error for a request nothing satisfies, with its conflicts: explained with a work budget of its
-    own, under the run's wall-clock guard (``within``), which a note names when it ended something."""
+def _infeasible(problem: Problem, proven: bool, options: SolveOptions, within: Budget | None = None) -> InfeasibleError:
+    """The error for a request nothing satisfies, with its conflicts. The explanation has a work budget of
+    its own (the time limit, 5-30 s) and its own wall-clock guard, unless ``--wall-limit`` was given: that
+    bounds the whole run (``within``, the search's budget). A clock that ended a check is noted."""
     from placer.solver.conflicts import explain_infeasible
 
     if not proven:
         return InfeasibleError(
             "no placement found within the time limit (not proven impossible); raise --time-limit", [], proven=False
         )
-    conflicts = explain_infeasible(problem, seconds=max(5.0, min(30.0, time_limit_s)), within=within)
-    notes = [CLOCK_NOTE] if within is not None and within.clock_cut else []
+    seconds = max(5.0, min(30.0, options.time_limit_s))
+    run = within if options.wall_limit_s is not None else None
+    guard = Budget(seconds, WALL_FACTOR * seconds + WALL_SLACK_S, parent=run)
+    conflicts = explain_infeasible(problem, seconds=seconds, within=guard)
+    notes = [CLOCK_NOTE] if guard.clock_cut else []
     return InfeasibleError(
         "no placement satisfies every hard constraint", [str(c) for c in conflicts] + notes, conflicts, notes=notes
     )
