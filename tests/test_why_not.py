@@ -108,29 +108,36 @@ def test_several_broader_levels_are_lifted_together_until_they_fit(tmp_path):
     assert "required: rack" not in done.stderr
 
 
-def _floor_conflict(tmp_path):
-    """Prefill and decode of TP4 each, joined by 500 GB/s, on two 4-GPU nodes in two racks: only a node
-    offers that much and none holds both, so the floor conflicts; lowering it to what the racks' link
-    offers fits (a feasibility check confirms it)."""
+def _pair_problem(tmp_path, racks: tuple[str, str], tp: int, rules: str):
+    """The problem of a prefill and a decode pool (one TPn instance each) with these extra spec lines, on two
+    4-GPU nodes in these racks."""
     from placer.model.load import load_cluster, load_specs
     from placer.solver.problem import build_problem
     from placer.topology.build import build_topology
 
     nodes = "".join(
-        f"  - {{name: n{i}, rack: r{i}, gpus: {{count: 4, product: H100, memoryGiB: 80}}}}\n" for i in (0, 1)
+        f"  - {{name: n{i}, rack: {rack}, gpus: {{count: 4, product: H100, memoryGiB: 80}}}}\n"
+        for i, rack in enumerate(racks)
     )
     cluster = tmp_path / "c.yaml"
     cluster.write_text("apiVersion: placer.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nnodes:\n" + nodes)
-    pool = "{{role: {}, instances: 1, tensorParallel: 4, template: {{image: example.com/engine:1}}}}"
+    pool = f"{{{{role: {{}}, instances: 1, tensorParallel: {tp}, template: {{{{image: example.com/engine:1}}}}}}}}"
     spec = tmp_path / "s.yaml"
     spec.write_text(
         "apiVersion: placer.dev/v1alpha1\nkind: ServingTopology\nmetadata: {name: t}\n"
         + _MODEL
         + f"pools:\n  p: {pool.format('prefill')}\n  d: {pool.format('decode')}\n"
-        + "transfer: {from: p, to: d, minBandwidthGBps: 500}\n"
+        + rules
     )
     [(loaded, _)] = load_specs(spec)
     return build_problem(loaded, build_topology(load_cluster(cluster)))
+
+
+def _floor_conflict(tmp_path):
+    """Prefill and decode of TP4 each, joined by 500 GB/s, on two 4-GPU nodes in two racks: only a node
+    offers that much and none holds both, so the floor conflicts; lowering it to what the racks' link
+    offers fits (a feasibility check confirms it)."""
+    return _pair_problem(tmp_path, ("r0", "r1"), 4, "transfer: {from: p, to: d, minBandwidthGBps: 500}\n")
 
 
 def test_an_explanation_the_clock_ends_says_out_of_time_and_marks_the_run(tmp_path):
@@ -173,25 +180,11 @@ def test_rules_left_unchecked_are_not_called_a_minimal_conflict(tmp_path):
     kept every rule, a transfer floor that always holds among them, and still said "relaxing any one of
     them makes a placement possible"; with no rule to keep it named nothing at all. Now it says the checks
     ran out of time, and with a budget the floor is not named."""
-    from placer.model.load import load_cluster, load_specs
     from placer.solver.conflicts import explain_infeasible
     from placer.solver.options import Budget
-    from placer.solver.problem import build_problem
-    from placer.topology.build import build_topology
 
-    nodes = "".join(f"  - {{name: n{i}, rack: r0, gpus: {{count: 4, product: H100, memoryGiB: 80}}}}\n" for i in (0, 1))
-    cluster = tmp_path / "c.yaml"
-    cluster.write_text("apiVersion: placer.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c}\nnodes:\n" + nodes)
-    pool = "{{role: {}, instances: 1, tensorParallel: 2, template: {{image: example.com/engine:1}}}}"
-    spec = tmp_path / "s.yaml"
-    spec.write_text(
-        "apiVersion: placer.dev/v1alpha1\nkind: ServingTopology\nmetadata: {name: t}\n"
-        + _MODEL
-        + f"pools:\n  p: {pool.format('prefill')}\n  d: {pool.format('decode')}\n"
-        + "transfer: {from: p, to: d, minBandwidthGBps: 1}\nreplicas: 2\nspread: {level: rack}\n"
-    )
-    [(loaded, _)] = load_specs(spec)
-    problem = build_problem(loaded, build_topology(load_cluster(cluster)))
+    rules = "transfer: {from: p, to: d, minBandwidthGBps: 1}\nreplicas: 2\nspread: {level: rack}\n"
+    problem = _pair_problem(tmp_path, ("r0", "r0"), 2, rules)
     checked = explain_infeasible(problem, seconds=5.0, within=Budget(100.0, 100.0))
     assert {c.rule for c in checked} >= {"spread.level"} and "transfer" not in {c.rule for c in checked}
     unchecked = explain_infeasible(problem, seconds=5.0, within=Budget(100.0, 0.0))
