@@ -173,7 +173,8 @@ def solve_fleet(
     for i, (d, why, at) in enumerate(failed):
         seconds = min(EXPLAIN_S, max(0.2, budget.work_left / (len(failed) - i)))
         holders = [p for p in placed if p.deployment.priority >= d.priority]
-        unplaced.append(Unplaced(d, _reasons(d, at, why, holders, topology, seconds, budget), why.proven))
+        share = Budget(seconds, budget.wall_left(), parent=budget)  # at least 0.2 s, even past the budget
+        unplaced.append(Unplaced(d, _reasons(d, at, why, holders, topology, share), why.proven))
     if budget.clock_cut:
         notes.append(CLOCK_NOTE)
     first = placed[0] if placed else None
@@ -382,17 +383,11 @@ def _problem(d: Deployment, state: Topology) -> Problem:
 
 
 def _reasons(
-    d: Deployment,
-    state: Topology,
-    exc: InfeasibleError,
-    holders: list[Placed],
-    topology: Topology,
-    seconds: float,
-    within: Budget,
+    d: Deployment, state: Topology, exc: InfeasibleError, holders: list[Placed], topology: Topology, share: Budget
 ) -> list[str]:
     """Why a deployment was left out: the rules that cannot all hold on what is free once the deployments
-    of its priority or higher hold their GPUs (placer.solver.conflicts, with ``seconds`` of work charged to
-    the batch's budget ``within``, under its wall-clock guard), and what those hold."""
+    of its priority or higher hold their GPUs (placer.solver.conflicts, within ``share`` of the batch's
+    budget: its work is charged there, and the batch's wall-clock guard ends it), and what those hold."""
     from placer.solver.conflicts import explain_infeasible
 
     if not exc.proven:
@@ -404,7 +399,7 @@ def _reasons(
     if d.kept is not None and "cannot be kept" in str(exc):
         reasons = [str(exc)]
     else:
-        reasons = [str(c) for c in explain_infeasible(problem, seconds=seconds, within=within)]
+        reasons = [str(c) for c in explain_infeasible(problem, seconds=share.work_left, within=share)]
         if d.kept is not None:
             n = len(d.kept.instances)
             asked = d.spec.replicas_floor * sum(p.instances for p in d.spec.pools.values())
