@@ -275,7 +275,7 @@ class FleetSolveResult:
     fleet: object  # placer.solver.fleet.FleetResult
     topology: Topology  # the cluster as the solver saw it (kept GPUs free, untouched deployments busy)
     reports: list[Report]  # per placed deployment, in fleet.placed order
-    manifests: list[dict]  # every placed deployment's objects, in the order the specs were given
+    manifests: list[dict]  # every placed deployment's objects, deployments by namespace/name
     notes: list[str]
     targets: dict[str, str]  # namespace/name -> the --target of its manifests (what runs, else given/default)
 

@@ -848,6 +848,15 @@ def test_a_quiet_batch_still_says_why_a_deployment_was_left_out() -> None:
     assert "  - prefill needs 32 groups of 8 GPUs" in proc.stderr
 
 
+def test_a_quiet_batch_says_when_the_clock_decided_what_it_left_out() -> None:
+    """A review found -q printing the reasons of what was left out but not the clock note, which the table
+    shows: with a guard that has passed before anything is solved, both are said."""
+    proc = run_in_process("solve", SPECS, CLUSTERS / "dgx-h100-1024.yaml", "-q", "--wall-limit", "0.1")
+    assert proc.returncode == 1
+    assert "not placed:" in proc.stderr
+    assert "note: the wall-clock guard ended the search" in proc.stderr
+
+
 def test_a_keep_solve_reports_its_own_proven_bound(tmp_path: Path) -> None:
     """A scale-out with --keep said "optimal" in the table but "gap 65.10%" in the summary: the batch bound
     freed what runs, so the new replica could take the kept replica's cheap GPUs."""

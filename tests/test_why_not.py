@@ -191,3 +191,63 @@ def test_rules_left_unchecked_are_not_called_a_minimal_conflict(tmp_path):
     said = " ".join(str(c) for c in unchecked)
     assert unchecked and "ran out of time" in said
     assert "relaxing any one of them makes a placement possible" not in said
+
+
+def _answers(monkeypatch, answers: list):
+    """conflicts._feasible answering these in turn (None: a check the budget or the clock left undecided;
+    "real": the real check), then the real check."""
+    from placer.solver import conflicts
+
+    real, left = conflicts._feasible, list(answers)
+
+    def feasible(spec, problem, budget):
+        answer = left.pop(0) if left else "real"
+        return real(spec, problem, budget) if answer == "real" else answer
+
+    monkeypatch.setattr(conflicts, "_feasible", feasible)
+
+
+def _three_replicas(tmp_path):
+    return _pair_problem(tmp_path, ("r0", "r1"), 2, "replicas: 3\nminReplicas: 3\nspread: {level: rack}\n")
+
+
+def test_a_relaxation_confirmed_after_an_undecided_milder_one_says_so(tmp_path, monkeypatch):
+    """A review found that a milder value whose check was left undecided counted as "does not fit", so a
+    stronger one confirmed next was offered as if it were the mildest."""
+    from placer.solver.conflicts import _relaxation
+    from placer.solver.options import Budget
+
+    problem = _three_replicas(tmp_path)
+    _answers(monkeypatch, [False, True])
+    assert _relaxation(problem, "minReplicas", Budget(100.0, 100.0)) == "lower minReplicas to 1"
+    _answers(monkeypatch, [None, True])
+    said = _relaxation(problem, "minReplicas", Budget(100.0, 100.0))
+    assert said == "lower minReplicas to 1 (a milder value could not be checked in time)"
+    _answers(monkeypatch, [None, False])
+    assert (
+        _relaxation(problem, "minReplicas", Budget(100.0, 100.0)) == "free GPUs (out of time to verify a milder value)"
+    )
+
+
+def test_a_rule_the_deletion_filter_could_not_rule_out_is_said_to_be_unconfirmed(tmp_path, monkeypatch):
+    """With everything relaxed it fits; dropping the spread could not be checked, dropping minReplicas still
+    does not fit: the spread stays, and the answer says a check ran out of time."""
+    from placer.solver.conflicts import deletion_filter
+    from placer.solver.options import Budget
+
+    problem = _three_replicas(tmp_path)
+    _answers(monkeypatch, [True, None, False])
+    found = deletion_filter(problem, Budget(100.0, 100.0))
+    assert [c.rule for c in found] == ["spread.level", ""]
+    assert found[-1].message.startswith("these rules cannot all hold together; 1 check(s) ran out of time")
+
+
+def test_a_broader_level_left_undecided_after_a_refuted_one_is_offered_unconfirmed(tmp_path, monkeypatch):
+    """A review found the refuted levels offered again, as unconfirmed, when the check of the next broader
+    level was left undecided: that broader level is what is offered now, and it says it is unconfirmed."""
+    _answers(monkeypatch, ["real", None])  # rack for both: refuted by the real check; leaf: undecided
+    done = _two_pools_on_half_free_nodes(tmp_path, ["1", "1", "1", "0", "1", "0"], racks=[0, 0, 1, 1, 2, 2])
+    assert done.returncode == 1
+    for pool in ("a", "b"):
+        assert f"allow pools.{pool}.placement.required: leaf (counted; out of time to confirm it)" in done.stderr
+    assert "required: rack" not in done.stderr

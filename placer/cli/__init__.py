@@ -97,7 +97,7 @@ def run() -> None:
     runners only set it aside while they build their inputs: ``pipeline.LongLived``).
 
     And pandas, which OR-Tools imports and placer never uses, is loaded only if something asks for it
-    (``placer.cli.deferred``): a quarter of a small solve's process.
+    (``placer.cli.deferred``): about a fifth of a small solve's process.
 
     stdout is UTF-8 whatever the locale says: manifests and JSON are UTF-8 by their formats, the same input
     gives the same bytes under any ``LANG``, and a table with "µs" no longer fails on an ASCII locale."""

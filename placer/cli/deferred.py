@@ -1,7 +1,7 @@
 """What the ``placer`` process imports only when something uses it.
 
 OR-Tools' ``cp_model`` imports pandas at its top for the ``*_series`` helpers (variables indexed by a
-``pandas.Index``), which placer never calls; the import is a quarter of a small solve's whole process
+``pandas.Index``), which placer never calls; the import is about a fifth of a small solve's whole process
 (bench/NOTES.md, sixth session of 2026-11-28). The command's process (``placer.cli.run``, never a library
 caller's) puts a stand-in in ``sys.modules`` first. While ``cp_model`` loads, it reads only
 ``pandas.Index`` and ``pandas.Series`` (for type aliases), and the stand-in gives it two empty classes;

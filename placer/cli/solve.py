@@ -290,6 +290,7 @@ def _solve_fleet(
     from placer.emit.files import Outputs
     from placer.emit.manifests import records_text
     from placer.pipeline import run_fleet
+    from placer.solver.options import CLOCK_NOTE
 
     t0 = time.perf_counter()
     res = run_fleet(
@@ -336,6 +337,8 @@ def _solve_fleet(
                 print(f"{u.deployment.key} ({u.deployment.source}) not placed:", file=sys.stderr)
                 for reason in u.reasons:
                     print(f"  - {reason}", file=sys.stderr)
+            if res.fleet.unplaced and CLOCK_NOTE in res.fleet.notes:  # those reasons depend on the machine
+                print(f"note: {CLOCK_NOTE}", file=sys.stderr)
     if res.fleet.unplaced:
         raise typer.Exit(1)
 

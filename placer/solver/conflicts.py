@@ -73,25 +73,19 @@ def _widened(problem: Problem, found: list[Conflict], budget: Budget) -> list[Co
             continue
         tried.append(levels)
         fits = _feasible(_required_at(problem.spec, levels), problem, budget)
-        if fits is None:  # the offers stay as counted, and say they are
-            return [_unconfirmed(c) if c.widen is not None else c for c in found]
+        if fits is None:  # these levels (the counted ones, or broader ones once those were refuted) unconfirmed
+            unconfirmed = " (counted; out of time to confirm it)"
+            return [_widened_to(c, levels[c.widen[0]], unconfirmed) for c in found if c.widen is not None]
         if fits:
             return [_widened_to(c, levels[c.widen[0]]) for c in found if c.widen is not None]
     return [_without_widen(c) for c in found]
 
 
-def _unconfirmed(c: Conflict) -> Conflict:
-    """The conflict's broader level offered as counted: the budget ended before a check confirmed it."""
-    assert c.widen is not None and c.relax is not None
-    text = _widen_text(*c.widen)
-    return replace(c, relax=c.relax.replace(text, f"{text} (counted; out of time to confirm it)"))
-
-
-def _widened_to(c: Conflict, level: str) -> Conflict:
-    """The conflict offering ``level`` for its pool instead of the level counted."""
+def _widened_to(c: Conflict, level: str, note: str = "") -> Conflict:
+    """The conflict offering ``level`` for its pool instead of the level counted (``note`` said after it)."""
     assert c.widen is not None and c.relax is not None
     name, offered = c.widen
-    return replace(c, relax=c.relax.replace(_widen_text(name, offered), _widen_text(name, level)))
+    return replace(c, relax=c.relax.replace(_widen_text(name, offered), _widen_text(name, level) + note))
 
 
 def _required_at(spec: ServingTopology, levels: dict[str, str]) -> ServingTopology:
@@ -632,7 +626,8 @@ def _present(spec: ServingTopology) -> list[str]:
 
 def deletion_filter(problem: Problem, budget: Budget) -> list[Conflict]:
     """Keep only the relaxable rules needed for infeasibility: drop each in turn and keep it dropped when
-    the rest is still infeasible. The survivors conflict together; dropping any one of them fits."""
+    the rest is still infeasible. The survivors conflict together; dropping any one of them fits, unless a
+    check was left undecided (then a rule it could not rule out stays, and the answer says so)."""
     spec = problem.spec
     present = _present(spec)
     everything_off = spec
@@ -723,23 +718,36 @@ def _levels(problem: Problem, broader_than: str | None = None, narrower_than: st
     return [lv for lv in reversed(LEVELS[: LEVEL_RANK[narrower_than]]) if lv in present and lv != "socket"]
 
 
-def _relaxation(problem: Problem, rule: str, budget: Budget) -> str | None:
-    """The mildest change to one rule that a feasibility check confirms makes the request feasible."""
-    spec = problem.spec
+_DROP = {
+    "transfer floor": "drop the transfer requirement, or free GPUs so one domain can hold a whole replica",
+    "router proximity": "drop router.near",
+    "replica spread": "drop spread",
+    "minReplicas": "free GPUs",
+}
 
-    undecided: list[str] = []  # checks that could not say (the budget or the clock ended them)
+
+def _relaxation(problem: Problem, rule: str, budget: Budget) -> str | None:
+    """The mildest change to one rule that a feasibility check confirms makes the request feasible, values
+    tried mildest first. A check left undecided (the budget or the clock ended it) never counts as "does
+    not fit": a stronger value confirmed after one says that a milder one could not be checked, and with
+    none confirmed the answer is "out of time", not "no milder value fits"."""
+    spec = problem.spec
+    undecided: list[object] = []
 
     def fits(changed: ServingTopology) -> bool:
         found = _feasible(changed, problem, budget)
         if found is None:
-            undecided.append(rule)
+            undecided.append(changed)
         return found is True
 
-    def otherwise(text: str) -> str:
-        """When no milder value was confirmed: say so, and why (none fits on its own, or a check could not
-        tell: a check left undecided never counts as "none fits")."""
+    def offer(text: str, why: str = "") -> str:
+        if undecided:
+            return f"{text} (a milder value could not be checked in time)"
+        return f"{text} ({why})" if why else text
+
+    def otherwise() -> str:
         why = "out of time to verify a milder value" if undecided else "no milder value fits on its own"
-        return f"{text} ({why})"
+        return f"{_DROP[rule]} ({why})"
 
     if rule == "transfer floor":
         t = spec.transfer
@@ -748,28 +756,30 @@ def _relaxation(problem: Problem, rule: str, budget: Budget) -> str | None:
         if t.min_bandwidth_gbps:
             for floor in _floor_steps(problem, t.min_bandwidth_gbps):
                 if fits(_with(spec, rule, {"min_bandwidth_gbps": floor})):
-                    return f"lower transfer.minBandwidthGBps to {floor:g} (the best path a feasible placement offers)"
+                    return offer(
+                        f"lower transfer.minBandwidthGBps to {floor:g}", "the best path a feasible placement offers"
+                    )
         if t.max_level:
             for level in _levels(problem, broader_than=t.max_level):
                 if fits(_with(spec, rule, {"max_level": level})):
-                    return f"allow transfer.maxLevel: {level}"
-        return otherwise("drop the transfer requirement, or free GPUs so one domain can hold a whole replica")
+                    return offer(f"allow transfer.maxLevel: {level}")
+        return otherwise()
     if rule == "router proximity":
         assert spec.router is not None and spec.router.near is not None
         for level in _levels(problem, broader_than=spec.router.near.level):
             if fits(_with(spec, rule, level)):
-                return f"allow router.near.level: {level}"
-        return otherwise("drop router.near")
+                return offer(f"allow router.near.level: {level}")
+        return otherwise()
     if rule == "replica spread":
         assert spec.spread is not None
         for level in _levels(problem, narrower_than=spec.spread.level):
             if fits(_with(spec, rule, level)):
-                return f"spread across {level} instead of {spec.spread.level}"
-        return otherwise("drop spread")
+                return offer(f"spread across {level} instead of {spec.spread.level}")
+        return otherwise()
     for k in range(spec.replicas_floor - 1, 0, -1):
         if fits(_with(spec, rule, k)):
-            return f"lower minReplicas to {k}"
-    return otherwise("free GPUs")
+            return offer(f"lower minReplicas to {k}")
+    return otherwise()
 
 
 def _floor_steps(problem: Problem, floor: float) -> list[float]:

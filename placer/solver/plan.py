@@ -97,7 +97,7 @@ def _why_not(
     from placer.solver.fleet import Deployment, solve_fleet
 
     base = plan_keep(running, [r.spec for r in running if r.spec is not None], topo).topology
-    reasons, batch = [], []
+    reasons, batch, clocked = [], [], False
     for spec, source in pending:
         try:
             build_problem(spec, base)
@@ -109,12 +109,14 @@ def _why_not(
         budget = replace(options, time_limit_s=min(options.time_limit_s, 10.0), wall_limit_s=None)  # a reason, briefly
         result = solve_fleet(batch, base, budget)
         reasons += [f"{u.deployment.key}: {r}" for u in result.unplaced for r in u.reasons]
-        reasons += [n for n in result.notes if n == CLOCK_NOTE]  # what they say then depends on the machine
+        clocked = CLOCK_NOTE in result.notes  # what the reasons say then depends on the machine
     if not reasons and pending:
         reasons.append(
             "each pending deployment fits on the cluster with every running instance gone, but not beside what "
             "runs: the running deployments keep the replicas they have (scale them in with placer solve --keep)"
         )
+    if clocked:
+        reasons.append(CLOCK_NOTE)
     return reasons
 
 
