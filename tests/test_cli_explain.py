@@ -124,6 +124,35 @@ def test_why_not_exit_codes_and_json(tmp_path):
     assert fits.returncode == 0 and "KV-cache transfer" in fits.stdout
 
 
+def test_why_not_says_when_the_clock_ended_its_explanation(tmp_path, monkeypatch):
+    """The clock note reaches `-o json` as `notes` (not as a conflict) and the text table as a row, and only
+    when a guard ended the explanation (here made to end it at once: the run's guard is the parent)."""
+    from placer.solver import conflicts
+    from placer.solver.options import CLOCK_NOTE
+
+    spec = yaml.safe_load(DISAGG.read_text())
+    spec["transfer"]["minBandwidthGBps"] = 5000
+    strict = tmp_path / "strict.yaml"
+    strict.write_text(yaml.safe_dump(spec))
+    dgx = CLUSTERS / "dgx-h100-1024.yaml"
+    idle = json.loads(run("explain", "--why-not", strict, dgx, "-o", "json").stdout)
+    assert "notes" not in idle
+    real = conflicts.explain_infeasible
+
+    def clock_ends_it(problem, seconds=20.0, within=None):
+        found = real(problem, seconds, within)
+        within.cut_by_clock()
+        return found
+
+    monkeypatch.setattr(conflicts, "explain_infeasible", clock_ends_it)
+    cut = run("explain", "--why-not", strict, dgx, "-o", "json")
+    assert cut.returncode == 1, cut.stderr
+    doc = json.loads(cut.stdout)
+    assert doc["notes"] == [CLOCK_NOTE] and doc["conflicts"] == idle["conflicts"]
+    text = run("explain", "--why-not", strict, dgx, "-o", "text")
+    assert text.returncode == 1 and "wall-clock guard ended" in text.stdout
+
+
 def test_solve_infeasible_names_the_conflict_on_stderr(tmp_path):
     spec = yaml.safe_load(DISAGG.read_text())
     spec["transfer"]["minBandwidthGBps"] = 5000
