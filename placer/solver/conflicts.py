@@ -40,8 +40,9 @@ class Conflict:
 
 def explain_infeasible(problem: Problem, seconds: float = 20.0, within: Budget | None = None) -> list[Conflict]:
     """Phase 1, else phase 2; then a verified relaxation for every relaxable rule in the answer.
-    ``within``: the run's budget, which the explanation's work is charged to and whose wall-clock guard
-    (``--wall-limit``, from the start of the run) ends it too; a clock that ends it is marked there."""
+    ``within``: the budget this explanation is a share of (a batch's, or the guard a solve gives it): its
+    work is charged there, its wall-clock deadline ends the explanation too, and a clock that ends a check
+    is marked there."""
     # A work budget (deterministic seconds), like the search's: explaining must not take longer than
     # solving (at 10k GPUs one feasibility solve can take seconds), and the same input names the same rules.
     budget = Budget(seconds, WALL_FACTOR * seconds + WALL_SLACK_S, parent=within)
