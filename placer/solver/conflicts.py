@@ -64,7 +64,8 @@ def _widened(problem: Problem, found: list[Conflict], budget: Budget) -> list[Co
     for it alone (a count that ignores the pods' CPU and memory, the other rules and the other pools): the
     offers stand only if a feasibility check confirms them all at once. Refuted, every pool is lifted to at
     least the next broader level and checked again (one check a level, not a search per pool, whose
-    combinations multiply); withdrawn when none fits, left as counted when the budget cannot tell."""
+    combinations multiply); withdrawn when none fits. When the budget or the clock leaves a check undecided,
+    the levels of that check are offered and said to be unconfirmed."""
     offered = dict(c.widen for c in found if c.widen is not None)
     lowest = min(offered.values(), key=LEVEL_RANK.__getitem__)
     tried: list[dict[str, str]] = []
@@ -733,7 +734,7 @@ def _relaxation(problem: Problem, rule: str, budget: Budget) -> str | None:
     not fit": a stronger value confirmed after one says that a milder one could not be checked, and with
     none confirmed the answer is "out of time", not "no milder value fits"."""
     spec = problem.spec
-    undecided: list[object] = []
+    undecided: list[ServingTopology] = []  # the specs whose check the budget or the clock left undecided
 
     def fits(changed: ServingTopology) -> bool:
         found = _feasible(changed, problem, budget)
